@@ -1,0 +1,81 @@
+"""Validation of the user-facing options shared by ``matmul``, ``plan`` and the scopes.
+
+One place decides what a valid option is, so that ``matmul``, ``plan``,
+``enabled(...)`` and the ``OZAKI_BACKEND_*`` environment variables reject the same
+things with the same messages.
+"""
+
+from __future__ import annotations
+
+PRECISIONS = ("fp64",)
+MODES = ("fast", "accurate")
+SCHEMES = ("ozaki2", "phase22")
+ENGINES = ("auto", "cpu", "cuda")
+
+# Default values of the numerical options (what ``matmul`` uses when not told).
+DEFAULTS = {
+    "precision": "fp64",
+    "bits": None,
+    "moduli": None,
+    "mode": "accurate",
+    "scheme": "ozaki2",
+    "engine": "auto",
+    "residual": False,
+}
+
+
+def _choice(name, value, choices):
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+    return value
+
+
+def _optional_int(name, value, lo, hi):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            import numpy as np
+
+            if isinstance(value, np.integer):
+                value = int(value)
+            else:
+                raise TypeError
+        except TypeError:
+            raise TypeError(f"{name} must be an int or None; got {type(value).__name__}") from None
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}]; got {value}")
+    return value
+
+
+def normalize(precision="fp64", bits=None, moduli=None, mode="accurate",
+              scheme="ozaki2", engine="auto", residual=False):
+    """Validate the numerical options; return them as a dict.
+
+    Raises
+    ------
+    ValueError
+        For an unknown choice or an out-of-range count, naming the option.
+    TypeError
+        For a value of the wrong type.
+    """
+    from .moduli import MAX_MODULI, MIN_MODULI
+
+    out = {
+        "precision": _choice("precision", precision, PRECISIONS),
+        "bits": _optional_int("bits", bits, 1, 72),
+        "moduli": _optional_int("moduli", moduli, MIN_MODULI, MAX_MODULI),
+        "mode": _choice("mode", mode, MODES),
+        "scheme": _choice("scheme", scheme, SCHEMES),
+        "engine": _choice("engine", engine, ENGINES),
+    }
+    if not isinstance(residual, bool):
+        raise TypeError(f"residual must be a bool; got {type(residual).__name__}")
+    out["residual"] = residual
+    if out["bits"] is not None and out["moduli"] is not None:
+        raise ValueError("give at most one of bits= and moduli=")
+    if out["scheme"] == "phase22" and (out["bits"] is not None or out["moduli"] is not None):
+        raise ValueError("scheme='phase22' has a fixed prime set: bits= and moduli= do not apply")
+    if residual and out["scheme"] != "phase22":
+        raise ValueError("residual=True applies to scheme='phase22' only")
+    return out
