@@ -135,7 +135,9 @@ def _dispatch(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan_=None):
     if _is_cupy(a) or _is_cupy(b):
         from .cuda.engine import matmul_cupy
 
-        return matmul_cupy(a, b, opts, out=out, alpha=alpha, beta=beta, c=c, plan=plan_)
+        # The engine's own products must never be routed back into the backend.
+        with _native.suspended():
+            return matmul_cupy(a, b, opts, out=out, alpha=alpha, beta=beta, c=c, plan=plan_)
 
     a = np.asarray(a)
     b = np.asarray(b)
@@ -161,7 +163,7 @@ def _dispatch(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan_=None):
     eng, _why = choose_engine(opts["engine"])
     a3 = np.broadcast_to(a.reshape(sa2), batch + sa2[-2:])
     b3 = np.broadcast_to(b.reshape(sb2), batch + sb2[-2:])
-    with _stats.timer() as t:
+    with _stats.timer() as t, _native.suspended():
         if eng == "cuda":
             from .cuda.engine import matmul_numpy
 
@@ -181,7 +183,7 @@ def _dispatch(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan_=None):
     if out is not None:
         np.copyto(out, res, casting="same_kind")
         return out
-    return res
+    return res[()] if res.ndim == 0 else res   # vector @ vector is a scalar, as in NumPy
 
 
 def _valid_out(out, shape) -> bool:

@@ -1,0 +1,295 @@
+/*
+ * _loophook: replaces NumPy matmul's float64 (``dd->d``) inner loop so that ``A @ B``
+ * and ``np.matmul`` on plain float64 ndarrays can be routed to ozaki_backend.
+ *
+ * Why a C extension: the hook runs on every float64 matmul in the process, including
+ * tiny ones and ones made while no scope is active. Its fast path (no scope active
+ * anywhere, a vector-shaped product, or a product below the smallest routing
+ * threshold of any active scope) is a couple of integer compares in C that never
+ * touch the GIL; only products that *may* be routed take the GIL and call Python.
+ *
+ * Installation uses NumPy's public ``PyUFunc_ReplaceLoopBySignature`` exactly once
+ * per process and is never undone: NumPy documents that replacing a loop while the
+ * ufunc runs in another thread is unsafe, so toggling per scope would be a race.
+ * ``np.matmul`` stays the same object (libraries compare ``ufunc is np.matmul``).
+ *
+ * Loop arguments (numpy/_core/src/umath/matmul.c.src):
+ *   dimensions = [N_outer, m, n, p]           (A is m x n, B is n x p, out is m x p)
+ *   steps      = [sA, sB, sOut, a_m, a_n, b_n, b_p, out_m, out_p]   (bytes)
+ * A broadcast operand arrives with an outer stride of 0; views may have negative or
+ * non-contiguous strides. The Python callback receives 3-D ndarrays built over these
+ * exact buffers (inputs read-only), valid only for the duration of the call.
+ *
+ * Error policy: the hook never lets a Python exception escape into NumPy. Any error in
+ * the routed path is cleared, counted, and the original loop computes the result.
+ * A KeyboardInterrupt is re-delivered with PyErr_SetInterrupt() after the original
+ * loop has produced a correct result, so Ctrl-C still works.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <fenv.h>
+#include <math.h>
+
+#include <numpy/arrayobject.h>
+#include <numpy/ufuncobject.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+#define BUMP(x) __atomic_fetch_add(&(x), 1, __ATOMIC_RELAXED)
+#define UNLIKELY(c) __builtin_expect(!!(c), 0)
+#else
+/* Aligned 64-bit loads and stores are atomic on the platforms NumPy supports; the
+ * counters are statistics, so a lost increment under contention is acceptable. */
+#define LOAD(x) (x)
+#define STORE(x, v) ((x) = (v))
+#define BUMP(x) ((x)++)
+#define UNLIKELY(c) (c)
+#endif
+
+#if PY_VERSION_HEX >= 0x030D0000
+#define IS_FINALIZING() Py_IsFinalizing()
+#else
+#define IS_FINALIZING() _Py_IsFinalizing()
+#endif
+
+static PyUFuncGenericFunction g_orig = NULL; /* NumPy's own dd->d matmul loop */
+static PyObject *g_matmul = NULL;            /* keeps np.matmul alive */
+static PyObject *g_callback = NULL;          /* route(a, b, out) -> bool */
+
+/* Routing state, written by ozaki_backend.dispatch.config under its lock. */
+static volatile long long g_active = 0;   /* active scopes anywhere (+1 for enable()) */
+static volatile long long g_floor = LLONG_MAX; /* smallest m*n*k any active scope routes */
+
+/* Statistics, only counted while some scope is active (an idle process pays nothing).
+ * The C side cannot tell whose product it sees, so these include other threads and
+ * the backend's own native products. */
+static volatile long long g_below = 0;   /* below the routing floor: C fast path */
+static volatile long long g_vector = 0;  /* m == 1 or p == 1: matrix-vector shaped */
+static volatile long long g_pycalls = 0; /* calls into the Python router */
+static volatile long long g_errors = 0;  /* exceptions cleared in the routed path */
+
+static int
+call_router(char **args, npy_intp const *dims, npy_intp const *steps, int *interrupted)
+{
+    /* Returns 1 when the router computed the product into args[2], else 0.
+     * Called with the GIL held; leaves no exception set. */
+    PyObject *cb = g_callback, *a = NULL, *b = NULL, *o = NULL, *res = NULL;
+    PyObject *et, *ev, *etb;
+    int handled = 0;
+    npy_intp N = dims[0], m = dims[1], n = dims[2], p = dims[3];
+    npy_intp da[3] = {N, m, n}, sa[3] = {steps[0], steps[3], steps[4]};
+    npy_intp db[3] = {N, n, p}, sb[3] = {steps[1], steps[5], steps[6]};
+    npy_intp dout[3] = {N, m, p}, sout[3] = {steps[2], steps[7], steps[8]};
+
+    if (cb == NULL) {
+        return 0;
+    }
+    /* An exception already pending here would make the call below misbehave; keep it
+     * aside and put it back untouched. */
+    PyErr_Fetch(&et, &ev, &etb);
+    Py_INCREF(cb);
+    BUMP(g_pycalls);
+
+    a = PyArray_New(&PyArray_Type, 3, da, NPY_DOUBLE, sa, args[0], 0, 0, NULL);
+    if (a == NULL) goto fail;
+    PyArray_CLEARFLAGS((PyArrayObject *)a, NPY_ARRAY_WRITEABLE);
+    PyArray_UpdateFlags((PyArrayObject *)a, NPY_ARRAY_UPDATE_ALL);
+    b = PyArray_New(&PyArray_Type, 3, db, NPY_DOUBLE, sb, args[1], 0, 0, NULL);
+    if (b == NULL) goto fail;
+    PyArray_CLEARFLAGS((PyArrayObject *)b, NPY_ARRAY_WRITEABLE);
+    PyArray_UpdateFlags((PyArrayObject *)b, NPY_ARRAY_UPDATE_ALL);
+    o = PyArray_New(&PyArray_Type, 3, dout, NPY_DOUBLE, sout, args[2], 0,
+                    NPY_ARRAY_WRITEABLE, NULL);
+    if (o == NULL) goto fail;
+    PyArray_UpdateFlags((PyArrayObject *)o, NPY_ARRAY_UPDATE_ALL);
+
+    res = PyObject_CallFunctionObjArgs(cb, a, b, o, NULL);
+    if (res == NULL) goto fail;
+    handled = (res == Py_True);
+    goto done;
+
+fail:
+    BUMP(g_errors);
+    if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+        *interrupted = 1;
+    }
+    PyErr_Clear();
+    handled = 0;
+done:
+    Py_XDECREF(res);
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    Py_XDECREF(o);
+    Py_DECREF(cb);
+    PyErr_Restore(et, ev, etb);
+    return handled;
+}
+
+static void
+hooked_loop(char **args, npy_intp const *dimensions, npy_intp const *steps, void *data)
+{
+    npy_intp m = dimensions[1], n = dimensions[2], p = dimensions[3];
+    long long floor_;
+
+    if (LOAD(g_active) == 0) {
+        g_orig(args, dimensions, steps, data);
+        return;
+    }
+    if (UNLIKELY(m < 2 || p < 2 || n < 1 || dimensions[0] < 1)) {
+        /* Matrix-vector shaped (or empty): memory bound, never routed. */
+        BUMP(g_vector);
+        g_orig(args, dimensions, steps, data);
+        return;
+    }
+    floor_ = LOAD(g_floor);
+    /* double: m*n*p can overflow 64 bits; precision near 2**53 does not matter. */
+    if ((double)m * (double)n * (double)p < (double)floor_) {
+        BUMP(g_below);
+        g_orig(args, dimensions, steps, data);
+        return;
+    }
+    if (UNLIKELY(IS_FINALIZING())) {
+        /* No Python calls while the interpreter shuts down (enable() is still in
+         * force then, and objects being torn down may still multiply). */
+        g_orig(args, dimensions, steps, data);
+        return;
+    }
+    {
+        int interrupted = 0, handled;
+        /* NumPy may have released the GIL around this loop (N*m*p > 500). */
+        PyGILState_STATE st = PyGILState_Ensure();
+        /* NumPy reads the floating-point status flags after the loop to raise its
+         * "invalid value encountered in matmul" style warnings. The routed path runs
+         * many operations of its own (some under np.errstate, which leaves flags set),
+         * so restore the flags as they were before it: only the loop's own arithmetic
+         * may speak for matmul. */
+        fexcept_t fpflags;
+        fegetexceptflag(&fpflags, FE_ALL_EXCEPT);
+        handled = call_router(args, dimensions, steps, &interrupted);
+        fesetexceptflag(&fpflags, FE_ALL_EXCEPT);
+        if (!handled) {
+            g_orig(args, dimensions, steps, data);
+        }
+        if (interrupted) {
+            PyErr_SetInterrupt();
+        }
+        PyGILState_Release(st);
+    }
+}
+
+static PyObject *
+lh_install(PyObject *self, PyObject *callback)
+{
+    /* install(callback) -> bool: True when the loop was replaced by this call. */
+    int sig[3] = {NPY_DOUBLE, NPY_DOUBLE, NPY_DOUBLE};
+    PyObject *np, *mm;
+
+    if (!PyCallable_Check(callback)) {
+        PyErr_SetString(PyExc_TypeError, "install() needs a callable");
+        return NULL;
+    }
+    Py_INCREF(callback);
+    Py_XSETREF(g_callback, callback);
+    if (g_orig != NULL) {
+        Py_RETURN_FALSE;
+    }
+    np = PyImport_ImportModule("numpy");
+    if (np == NULL) return NULL;
+    mm = PyObject_GetAttrString(np, "matmul");
+    Py_DECREF(np);
+    if (mm == NULL) return NULL;
+    if (!PyObject_TypeCheck(mm, &PyUFunc_Type)) {
+        Py_DECREF(mm);
+        PyErr_SetString(PyExc_RuntimeError, "numpy.matmul is not a ufunc");
+        return NULL;
+    }
+    if (PyUFunc_ReplaceLoopBySignature((PyUFuncObject *)mm, hooked_loop, sig, &g_orig) != 0
+            || g_orig == NULL) {
+        g_orig = NULL;
+        Py_DECREF(mm);
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "numpy.matmul has no float64 (dd->d) loop to replace");
+        }
+        return NULL;
+    }
+    g_matmul = mm; /* owned reference, kept for the life of the process */
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+lh_installed(PyObject *self, PyObject *noargs)
+{
+    return PyBool_FromLong(g_orig != NULL);
+}
+
+static PyObject *
+lh_set_state(PyObject *self, PyObject *args)
+{
+    long long active, floor_;
+    if (!PyArg_ParseTuple(args, "LL:set_state", &active, &floor_)) return NULL;
+    if (active < 0 || floor_ < 0) {
+        PyErr_SetString(PyExc_ValueError, "active and floor must be >= 0");
+        return NULL;
+    }
+    /* Floor first: a reader that sees the new count also sees a valid floor. */
+    STORE(g_floor, floor_);
+    STORE(g_active, active);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+lh_state(PyObject *self, PyObject *noargs)
+{
+    return Py_BuildValue("(LL)", (long long)LOAD(g_active), (long long)LOAD(g_floor));
+}
+
+static PyObject *
+lh_counters(PyObject *self, PyObject *noargs)
+{
+    return Py_BuildValue("{s:L,s:L,s:L,s:L}",
+                         "below_floor", (long long)LOAD(g_below),
+                         "vector_shaped", (long long)LOAD(g_vector),
+                         "python_calls", (long long)LOAD(g_pycalls),
+                         "errors", (long long)LOAD(g_errors));
+}
+
+static PyObject *
+lh_reset_counters(PyObject *self, PyObject *noargs)
+{
+    STORE(g_below, 0);
+    STORE(g_vector, 0);
+    STORE(g_pycalls, 0);
+    STORE(g_errors, 0);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef lh_methods[] = {
+    {"install", lh_install, METH_O,
+     "install(callback) -> bool\n\nReplace np.matmul's dd->d loop (once per process) and "
+     "set the router callback(a, b, out) -> bool. Returns True when this call replaced "
+     "the loop, False when it was already replaced (only the callback changes)."},
+    {"installed", lh_installed, METH_NOARGS, "installed() -> bool"},
+    {"set_state", lh_set_state, METH_VARARGS,
+     "set_state(active, floor)\n\nNumber of active scopes anywhere in the process and the "
+     "smallest m*n*k any of them may route (the C fast path skips smaller products)."},
+    {"state", lh_state, METH_NOARGS, "state() -> (active, floor)"},
+    {"counters", lh_counters, METH_NOARGS, "counters() -> dict of C-side counts"},
+    {"reset_counters", lh_reset_counters, METH_NOARGS, "reset_counters()"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef lh_module = {
+    PyModuleDef_HEAD_INIT, "_loophook",
+    "C inner-loop hook for numpy.matmul (see ozaki_backend.dispatch.loophook).", -1,
+    lh_methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__loophook(void)
+{
+    import_array();
+    import_umath();
+    return PyModule_Create(&lh_module);
+}

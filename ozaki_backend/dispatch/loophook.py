@@ -1,0 +1,124 @@
+"""``A @ B`` and ``np.matmul`` on plain float64 ndarrays: the C inner-loop hook.
+
+The C extension ``_loophook`` replaces NumPy matmul's ``dd->d`` inner loop through the
+public ``PyUFunc_ReplaceLoopBySignature`` (once per process, never undone; see the
+comment at the top of ``_loophook.c``). Everything that reaches that loop arrives
+here: 2-D, stacked and broadcast operands, strided / negative-stride / transposed
+views, ``out=`` (also aliasing an input), and float32 x float64 (NumPy casts to
+float64 before the loop). float32, complex, integer and object products use other
+loops and are never seen.
+
+The C side stays in C (no GIL) when no scope is active anywhere, for matrix-vector
+shapes, and below the smallest floor of the active scopes. Otherwise it calls
+:func:`_route` with 3-D views over the loop's buffers, once per loop invocation (one
+ufunc call can invoke the loop several times). ``_route`` returns True after writing
+the product into ``out``; False makes the C side run NumPy's original loop. Nothing
+raised here reaches NumPy: exceptions become a counted fallback to the original loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _api, _native, _stats
+from . import config as _config
+from . import routing
+from .observe import count_entry, fallback, logger
+
+ENTRY = "@/np.matmul"
+
+try:
+    from . import _loophook as _C
+except ImportError as exc:  # the extension was not built: `@` cannot be intercepted
+    _C = None
+    IMPORT_ERROR = exc
+else:
+    IMPORT_ERROR = None
+
+
+def available() -> bool:
+    """Whether the C extension is importable (``@`` can be intercepted)."""
+    return _C is not None
+
+
+def installed() -> bool:
+    """Whether matmul's float64 loop has been replaced in this process."""
+    return _C is not None and _C.installed()
+
+
+def install() -> bool:
+    """Replace matmul's float64 loop (once; later calls do nothing). False if unavailable."""
+    if _C is None:
+        logger().warning("the _loophook extension is not built (%s); `@` and "
+                    "np.matmul are not intercepted", IMPORT_ERROR)
+        return False
+    _C.install(_route)
+    return True
+
+
+def set_state(active: int, floor: int) -> None:
+    """Tell the C fast path how many scopes are active and their smallest floor."""
+    if _C is not None:
+        _C.set_state(int(active), int(min(floor, _config.NEVER)))
+
+
+def state() -> tuple[int, int]:
+    """``(active scopes, floor)`` as the C side sees them."""
+    return _C.state() if _C is not None else (0, _config.NEVER)
+
+
+def counters() -> dict:
+    """C-side counts (products skipped in C, Python calls, cleared errors)."""
+    if _C is None:
+        return {"below_floor": 0, "vector_shaped": 0, "python_calls": 0, "errors": 0}
+    return _C.counters()
+
+
+def reset_counters() -> None:
+    if _C is not None:
+        _C.reset_counters()
+
+
+def _route(a, b, out) -> bool:
+    """Called by the C hook with ``a`` (N, m, k), ``b`` (N, k, n), ``out`` (N, m, n).
+
+    The arrays are views over NumPy's loop buffers, valid only during this call: keep
+    no reference to them. Returns True when ``out`` holds the routed product.
+    """
+    try:
+        if _native.SUSPENDED.get():
+            return False  # the backend's own native products (and recursion)
+        node = _config.current()
+        if not node.enabled:
+            return False
+        # Keep no reference to the scope node in this frame: a traceback kept by a
+        # log record would keep the node, and with it the C hook's activity, alive.
+        cfg, node = node.config, None
+        N, m, k = a.shape
+        n = b.shape[2]
+        d = routing.decide(cfg, m, n, k, N, ENTRY)
+        routing.recent.append(d)
+        if not d.routed:
+            _stats.record("native", d.reason)
+            return False
+        if not (np.isfinite(a).all() and np.isfinite(b).all()):
+            d.routed, d.reason = False, "non-finite operand"
+            _stats.record("native", d.reason)
+            return False
+        opts = dict(cfg.opts, engine=d.engine)
+        with _native.suspended():
+            # A fresh result, then one copy: `out` may alias `a` or `b`.
+            res = _api._dispatch(a, b, opts)
+            out[...] = res
+        count_entry(ENTRY)
+        return True
+    except Exception as exc:  # fall back to NumPy's loop, never raise into NumPy
+        # a, b, out (and views of them in the engine's frames) point into NumPy's loop
+        # buffers, freed when the loop returns: the traceback that a log record keeps
+        # must not leave them reachable.
+        import traceback
+
+        a = b = out = None  # noqa: F841
+        traceback.clear_frames(exc.__traceback__)
+        fallback(ENTRY, exc)
+        return False
