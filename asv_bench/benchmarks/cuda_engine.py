@@ -1,0 +1,113 @@
+"""CUDA engine: time of ``matmul(engine="cuda")`` on device and host operands.
+
+Skipped (``NotImplementedError`` in ``setup``) where CuPy or a GPU is missing. Kernel
+compilation and workspace allocation happen in ``setup`` (one warm-up product), and
+every timed function waits for the GPU before returning, so the figure is the whole
+product, not the time to enqueue it.
+"""
+
+import ozaki_backend
+
+from ._common import operands, require_gpu
+
+SIZES = [1024, 4096, 8192]
+
+
+def _flops(n):
+    return 2.0 * n ** 3
+
+
+class TimeCUDADevice:
+    """CuPy operands in, CuPy result out (no host transfers)."""
+
+    params = (SIZES, ["accurate", "fast"])
+    param_names = ["n", "mode"]
+    timeout = 600
+
+    def setup(self, n, mode):
+        cp = require_gpu()
+        self.cp = cp
+        a, b = operands(n, n, n)
+        self.a, self.b = cp.asarray(a), cp.asarray(b)
+        self.plan = ozaki_backend.plan(n, n, n, mode=mode, engine="cuda")
+        self.plan.matmul(self.a, self.b)  # compile kernels, size the workspace
+        cp.cuda.Device().synchronize()
+
+    def time_matmul(self, n, mode):
+        self.plan.matmul(self.a, self.b)
+        self.cp.cuda.Device().synchronize()
+
+    def track_tflops(self, n, mode):
+        """2n^3 / median time of 5 synchronised products (CUDA events)."""
+        cp = self.cp
+        times = []
+        for _ in range(5):
+            start, stop = cp.cuda.Event(), cp.cuda.Event()
+            start.record()
+            self.plan.matmul(self.a, self.b)
+            stop.record()
+            stop.synchronize()
+            times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
+        times.sort()
+        return _flops(n) / times[len(times) // 2] / 1e12
+
+    track_tflops.unit = "TFLOPS"
+
+
+class TimeCUDAHost:
+    """NumPy operands in, NumPy result out: transfers included (end to end)."""
+
+    params = ([4096, 8192], ["accurate"])
+    param_names = ["n", "mode"]
+    timeout = 600
+
+    def setup(self, n, mode):
+        cp = require_gpu()
+        self.cp = cp
+        self.a, self.b = operands(n, n, n)
+        ozaki_backend.matmul(self.a, self.b, mode=mode, engine="cuda")  # warm-up
+        cp.cuda.Device().synchronize()
+
+    def time_matmul(self, n, mode):
+        ozaki_backend.matmul(self.a, self.b, mode=mode, engine="cuda")
+        self.cp.cuda.Device().synchronize()
+
+
+class TimeCUDANative:
+    """cuBLAS native DGEMM through CuPy on the same operands (the yardstick)."""
+
+    params = SIZES
+    param_names = ["n"]
+    timeout = 600
+
+    def setup(self, n):
+        cp = require_gpu(engine=False)
+        self.cp = cp
+        a, b = operands(n, n, n)
+        self.a, self.b = cp.asarray(a), cp.asarray(b)
+        cp.matmul(self.a, self.b)
+        cp.cuda.Device().synchronize()
+
+    def time_dgemm(self, n):
+        self.cp.matmul(self.a, self.b)
+        self.cp.cuda.Device().synchronize()
+
+
+class TimeCUDAPhase22:
+    """The seed scheme on the GPU (4 passes x 7 INT8 GEMMs)."""
+
+    params = [4096]
+    param_names = ["n"]
+    timeout = 600
+
+    def setup(self, n):
+        cp = require_gpu()
+        self.cp = cp
+        a, b = operands(n, n, n)
+        self.a, self.b = cp.asarray(a), cp.asarray(b)
+        ozaki_backend.matmul(self.a, self.b, scheme="phase22", engine="cuda")
+        cp.cuda.Device().synchronize()
+
+    def time_matmul(self, n):
+        ozaki_backend.matmul(self.a, self.b, scheme="phase22", engine="cuda")
+        self.cp.cuda.Device().synchronize()

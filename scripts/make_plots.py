@@ -1,0 +1,256 @@
+"""Draw the documentation's plots from the committed benchmark files.
+
+    python scripts/make_plots.py            # reads docs/data/*.json, writes docs/img/*.png
+
+Inputs are benchmark files in the format of docs/data/README.md, as written by
+``scripts/measure.py`` or ``python -m ozaki_backend bench --json FILE``. Every series
+is labelled with the machine and the date it was measured on. A plot whose data is
+absent is not drawn (and the script says so); rerun the script whenever a new file
+lands in docs/data/, e.g. the first GPU figures.
+
+Plots:
+  accuracy_vs_moduli.png   max relative error vs moduli count, one line per phi
+  cpu_time_vs_size.png     CPU engine and NumPy: seconds per product vs n
+  gpu_tflops_vs_size.png   GPU: TFLOPS (2n^3 / time) vs n, device-resident operands
+  end_to_end_vs_numpy.png  NumPy in -> NumPy out: seconds vs n, against NumPy itself
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+SCHEMA = "ozaki_backend-bench/1"
+EXACT_FLOOR = 1e-17  # where an error of exactly zero is drawn on log axes
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load(data_dir):
+    """All benchmark files in ``data_dir``: a list of (document, path)."""
+    docs = []
+    for path in sorted(glob.glob(os.path.join(data_dir, "*.json"))):
+        with open(path) as f:
+            doc = json.load(f)
+        if doc.get("schema") != SCHEMA:
+            print(f"skip {path}: schema {doc.get('schema')!r} is not {SCHEMA!r}",
+                  file=sys.stderr)
+            continue
+        docs.append((doc, path))
+    return docs
+
+
+def where(doc):
+    """'machine, date' for legends and titles."""
+    m = doc["machine"]
+    name = m.get("name") or m.get("cpu") or "unknown machine"
+    return f"{name}, {doc['date']}"
+
+
+def records(docs, **match):
+    """(doc, record) pairs whose record has every ``key == value`` of ``match``."""
+    out = []
+    for doc, _ in docs:
+        for r in doc["records"]:
+            if all(r.get(k) == v for k, v in match.items()):
+                out.append((doc, r))
+    return out
+
+
+def _series(pairs, x, y, key):
+    """Group (doc, record) pairs into {label: sorted [(x, y)]}; ``key(doc, r)`` labels."""
+    groups = defaultdict(dict)
+    for doc, r in pairs:
+        groups[key(doc, r)][r[x]] = r[y] if not callable(y) else y(r)
+    return {k: sorted(v.items()) for k, v in groups.items()}
+
+
+def _moduli_note(pairs):
+    """' (15 moduli)' or ' (15-16 moduli)' for the ozaki_backend records of a series."""
+    ns = sorted({r["moduli"] for _, r in pairs if r.get("moduli")})
+    if not ns:
+        return ""
+    return f" ({ns[0]} moduli)" if len(ns) == 1 else f" ({ns[0]}-{ns[-1]} moduli)"
+
+
+def _draw(ax, pairs, x, y, what, plot, rename=lambda w: w):
+    """One line per (what(doc, record), machine/date); returns the set of sources.
+
+    Labels of ozaki_backend series end with the moduli counts their records used.
+    """
+    key = lambda d, r: (what(d, r), where(d))  # noqa: E731
+    series = _series(pairs, x, y, key)
+    sources = {src for _, src in series}
+    for (w, src), pts in sorted(series.items()):
+        xs, ys = zip(*pts)
+        note = _moduli_note([(d, r) for d, r in pairs if key(d, r) == (w, src)])
+        lab = rename(w) + note + (f" [{src}]" if len(sources) > 1 else "")
+        plot(xs, ys, "o-", ms=3.5, label=lab)
+    return sources
+
+
+def _size_axis(ax, pairs, label):
+    ax.set_xlabel(label)
+    xs = sorted({r["n"] for _, r in pairs})
+    ax.set_xticks(xs, [str(x) for x in xs])
+    ax.minorticks_off()
+
+
+def _finish(fig, ax, title, sources, path):
+    ax.set_title(title, fontsize=11)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7.5, loc="best")
+    fig.text(0.01, 0.005, "Measured on: " + "; ".join(sorted(sources)), fontsize=7,
+             color="0.35", ha="left", va="bottom")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"wrote {os.path.relpath(path, ROOT)}", flush=True)
+
+
+def plot_accuracy(docs, out):
+    pairs = records(docs, kind="accuracy", impl="ozaki_backend", scheme="ozaki2",
+                    mode="accurate", precision=None)
+    if not pairs:
+        return False
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    by_phi = _series(pairs, "moduli", "max_rel_err", lambda d, r: (r["phi"], where(d)))
+    sources = set()
+    exact_seen = False
+    for i, ((phi, src), pts) in enumerate(sorted(by_phi.items())):
+        c = colors[i % len(colors)]
+        xs, ys = zip(*pts)
+        # An error of exactly 0 (every element correctly rounded) has no place on a log
+        # axis: draw it on the floor line, with an open marker.
+        ys_plot = [y if y > 0 else EXACT_FLOOR for y in ys]
+        ax.semilogy(xs, ys_plot, "o-", color=c, ms=3.5, label=f"phi = {phi:g}")
+        zx = [x for x, y in zip(xs, ys) if y == 0]
+        if zx:
+            exact_seen = True
+            ax.plot(zx, [EXACT_FLOOR] * len(zx), "o", mfc="white", mec=c, ms=5)
+        sources.add(src)
+        native = [r["max_rel_err"] for d, r in records(docs, kind="accuracy", impl="numpy",
+                                                        phi=phi) if where(d) == src]
+        if native:
+            ax.axhline(native[0], color=c, ls=":", lw=1)
+    ax.plot([], [], "k:", lw=1, label="NumPy float64 (same phi)")
+    if exact_seen:
+        ax.plot([], [], "o", mfc="white", mec="k", ms=5,
+                label=f"error 0 (drawn at {EXACT_FLOOR:g})")
+    n = pairs[0][1]["n"]
+    ax.set_xlabel("number of moduli N (accurate mode)")
+    ax.set_ylabel("max relative error vs exact product")
+    ax.set_xticks(sorted({r["moduli"] for _, r in pairs}))
+    _finish(fig, ax, f"Accuracy vs moduli count, m = n = k = {n}", sources, out)
+    return True
+
+
+def plot_cpu_time(docs, out):
+    pairs = [(d, r) for d, r in records(docs, kind="time", io="host")
+             if r["impl"] == "numpy" or r.get("engine") == "cpu"]
+    pairs = [(d, r) for d, r in pairs if not d["machine"].get("gpu")]
+    if not pairs:
+        return False
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+
+    def what(d, r):
+        if r["impl"] == "numpy":
+            return "NumPy float64 (OpenBLAS)"
+        if r.get("scheme") == "phase22":
+            return "CPU engine, phase22"
+        return f"CPU engine, ozaki2 {r.get('mode')}, precision=fp64"
+
+    sources = _draw(ax, pairs, "n", "seconds", what, ax.loglog)
+    ax.set_ylabel("seconds per product (median)")
+    _size_axis(ax, pairs, "n (square n x n products)")
+    _finish(fig, ax, "CPU engine vs NumPy, time per product", sources, out)
+    return True
+
+
+GPU_LABELS = {
+    "cupy": "native DGEMM (cuBLAS via CuPy)",
+    "int8-gemm": "one INT8 GEMM (cuBLAS, TOPS)",
+}
+
+
+def _gpu_what(d, r):
+    if r["impl"] == "ozaki_backend":
+        return f"ozaki_backend CUDA, {r.get('mode')}, precision=fp64"
+    if r["impl"] == "numpy":
+        return f"NumPy on the host ({d['machine'].get('cpu_count')} cores)"
+    return GPU_LABELS.get(r["impl"], r["impl"])
+
+
+def plot_gpu_tflops(docs, out):
+    pairs = [(d, r) for d, r in records(docs, kind="time", io="device")
+             if d["machine"].get("gpu")]
+    if not pairs:
+        return False
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    tflops = lambda r: r.get("tflops") or 2.0 * r["m"] * r["n"] * r["k"] / r["seconds"] / 1e12  # noqa: E731
+    sources = _draw(ax, pairs, "n", tflops, _gpu_what, ax.loglog)
+    # Derived, not measured: if the emulation cost nothing but its INT8 GEMMs, it would
+    # run at the INT8 rate divided by its number of GEMMs (N moduli + 1 bound GEMM).
+    int8 = sorted((r["n"], tflops(r)) for _, r in pairs if r["impl"] == "int8-gemm")
+    for n_moduli, style in ((15, "--"), (18, ":")):
+        if int8:
+            ax.loglog([n for n, _ in int8], [t / (n_moduli + 1) for _, t in int8], style,
+                      color="0.4", label=f"INT8 rate / {n_moduli + 1}: ceiling for "
+                                         f"{n_moduli} moduli, accurate (derived)")
+    ax.set_ylabel("TFLOPS (2n^3 / time); TOPS for INT8")
+    _size_axis(ax, pairs, "n (square n x n products, operands on the GPU)")
+    _finish(fig, ax, "GPU throughput vs size", sources, out)
+    return True
+
+
+def plot_end_to_end(docs, out):
+    pairs = [(d, r) for d, r in records(docs, kind="time", io="host")
+             if d["machine"].get("gpu")]
+    if not pairs:
+        return False
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+
+    def rename(w):
+        if w.startswith("native DGEMM"):
+            return "NumPy -> GPU DGEMM -> NumPy (transfers included)"
+        return w + (", NumPy in/out" if w.startswith("ozaki_backend") else "")
+
+    sources = _draw(ax, pairs, "n", "seconds", _gpu_what, ax.loglog, rename)
+    ax.set_ylabel("seconds per product (median)")
+    _size_axis(ax, pairs, "n (square n x n products, NumPy operands in and out)")
+    _finish(fig, ax, "End to end against NumPy", sources, out)
+    return True
+
+
+PLOTS = {
+    "accuracy_vs_moduli.png": plot_accuracy,
+    "cpu_time_vs_size.png": plot_cpu_time,
+    "gpu_tflops_vs_size.png": plot_gpu_tflops,
+    "end_to_end_vs_numpy.png": plot_end_to_end,
+}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default=os.path.join(ROOT, "docs", "data"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "img"))
+    args = ap.parse_args(argv)
+    docs = load(args.data)
+    os.makedirs(args.out, exist_ok=True)
+    for name, fn in PLOTS.items():
+        if not fn(docs, os.path.join(args.out, name)):
+            print(f"no data for {name}: not drawn", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
