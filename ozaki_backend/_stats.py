@@ -45,6 +45,9 @@ class timer:
         self._t0 = time.perf_counter()
         return self
 
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._t0
+
     def __exit__(self, *exc):
-        self.seconds = time.perf_counter() - self._t0
+        self.seconds = self.elapsed()
         return False

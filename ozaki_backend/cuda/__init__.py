@@ -24,3 +24,8 @@ def availability():
     name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
     name = name.decode() if isinstance(name, bytes) else name
     return True, f"GPU {name} via CuPy {cupy.__version__}"
+
+
+from .errors import CudaEngineError  # noqa: E402  (CuPy-free)
+
+__all__ = ["availability", "CudaEngineError"]

@@ -1,0 +1,116 @@
+// Shared definitions of the CUDA engine's kernels (docs/spec.md is the contract).
+//
+// Compiled by NVRTC through ozaki_backend/cuda/loader.py, which inlines this file in
+// place of `#include "common.cuh"` with #line markers, so no include path is needed
+// and no host header is ever included (NVRTC has none).
+#ifndef OZ_COMMON_CUH
+#define OZ_COMMON_CUH
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef long long i64;
+typedef signed char i8;
+
+#define OZ_INT_MIN (-2147483647 - 1)
+#define OZ_INT_MAX 2147483647
+#define OZ_MASK52 0x000FFFFFFFFFFFFFull
+
+// The moduli of ozaki_backend/moduli.py, in order (tests/test_cuda_sources.py checks
+// that the two tables agree).
+#define OZ_MAX_MODULI 20
+__host__ __device__ constexpr u32 oz_modulus(int l) {
+    return l == 0 ? 256u : l == 1 ? 255u : l == 2 ? 253u : l == 3 ? 251u : l == 4 ? 247u
+         : l == 5 ? 241u : l == 6 ? 239u : l == 7 ? 233u : l == 8 ? 229u : l == 9 ? 227u
+         : l == 10 ? 223u : l == 11 ? 217u : l == 12 ? 211u : l == 13 ? 199u
+         : l == 14 ? 197u : l == 15 ? 193u : l == 16 ? 191u : l == 17 ? 181u
+         : l == 18 ? 179u : 173u;
+}
+
+// Compile-time loop: f(IC<L>{}) for L = B..E-1. Gives every modulus a constant p so
+// that `x % p` compiles to a multiply-high sequence instead of a division.
+template <int V> struct IC { static constexpr int value = V; };
+template <int B, int E, class F>
+__device__ __forceinline__ void oz_static_for(F &&f) {
+    if constexpr (B < E) {
+        f(IC<B>{});
+        oz_static_for<B + 1, E>(f);
+    }
+}
+
+// |x| = mant * 2^ex exactly (mant < 2^53; mant == 0 for x == 0). Subnormals keep
+// their unnormalised mantissa with ex = -1074.
+struct OzDec {
+    u64 mant;
+    int ex;
+    bool neg;
+};
+
+__device__ __forceinline__ OzDec oz_decompose(double x) {
+    u64 b = (u64)__double_as_longlong(x);
+    int f = (int)((b >> 52) & 0x7ff);
+    OzDec d;
+    d.neg = (b >> 63) != 0;
+    d.mant = b & OZ_MASK52;
+    if (f) {
+        d.mant |= 1ull << 52;
+        d.ex = f - 1075;
+    } else {
+        d.ex = -1074;
+    }
+    return d;
+}
+
+// frexp exponent of a non-zero finite x (|x| < 2^e <= 2|x|); 2000 for Inf/NaN, so that
+// a row maximum above 1024 flags a non-finite operand.
+__device__ __forceinline__ int oz_frexp_exp(double x) {
+    u64 b = (u64)__double_as_longlong(x);
+    int f = (int)((b >> 52) & 0x7ff);
+    if (f == 0x7ff) return 2000;
+    if (f) return f - 1022;
+    u64 m = b & OZ_MASK52;
+    return (64 - __clzll((long long)m)) - 1074;
+}
+
+// spec §1: lambda(x) = eh - ex - (mx > mh) for an exact integer 0 < x < 2^53. The
+// frexp mantissas share their leading bit, so comparing them is comparing the 52-bit
+// fraction fields.
+__device__ __forceinline__ int oz_lambda(u64 x, int eh, u64 fh) {
+    double d = (double)x;
+    u64 b = (u64)__double_as_longlong(d);
+    int ex = (int)((b >> 52) & 0x7ff) - 1022;
+    return eh - ex - ((b & OZ_MASK52) > fh ? 1 : 0);
+}
+
+// floor(a / 2) for any int (arithmetic shift).
+__device__ __forceinline__ int oz_floor_half(int a) { return a >> 1; }
+
+// ---------------------------------------------------------------------------------
+// Operand views. Every kernel reads an operand as `rows x cols` float64 with element
+// strides (rs, cs): A (m x k) is rows = m; B (k x n) is read as its transpose, rows = n,
+// so that both operands are handled row-wise (spec §3: B via truncate(B.T, t).T).
+// Tiles of 32 rows x 64 columns go through shared memory so that the global reads are
+// coalesced whichever stride is 1 (`rows_fast`: the row index is the unit-stride one),
+// and the int8 writes (along k) are coalesced too.
+#define OZ_TR 32
+#define OZ_TK 64
+
+__device__ __forceinline__ void oz_load_tile(double (*tile)[OZ_TK + 1], const double *__restrict__ X,
+                                             i64 rs, i64 cs, int rows, int cols, int row0,
+                                             int col0, int rows_fast) {
+    for (int idx = threadIdx.x; idx < OZ_TR * OZ_TK; idx += blockDim.x) {
+        int r, c;
+        if (rows_fast) {
+            r = idx & (OZ_TR - 1);
+            c = idx / OZ_TR;
+        } else {
+            r = idx / OZ_TK;
+            c = idx & (OZ_TK - 1);
+        }
+        int gr = row0 + r, gc = col0 + c;
+        double v = 0.0;
+        if (gr < rows && gc < cols) v = X[(i64)gr * rs + (i64)gc * cs];
+        tile[r][c] = v;
+    }
+}
+
+#endif  // OZ_COMMON_CUH

@@ -1,0 +1,171 @@
+// Stage 4 — one fused pass over the output (docs/spec.md §6–7), mirrored by
+// ozaki_backend/cuda/crt.py: read the N int32 products of an element, reduce them,
+// reconstruct the exact integer X by the CRT in 32-bit limbs, round X 2^-(s_i + t_j)
+// once to float64 (ties to even, gradual underflow, overflow to inf), apply alpha/beta
+// without contraction, write the float64 once.
+//
+// The per-N constants come from a generated prelude (ozaki_backend/cuda/crt.py, from
+// the exact integers of ozaki_backend/moduli.py), compiled per moduli count:
+//   OZ_N                 number of moduli
+//   OZ_L                 32-bit limbs of the accumulator (Y' < 2^(32 L - 1))
+//   OZ_W[OZ_N][OZ_L]     w_l = (M/p_l) ((M/p_l)^-1 mod p_l) mod M   (w_l = 1 mod p_l, 0 mod the rest)
+//   OZ_M[OZ_L], OZ_MH[OZ_L]   M and M/2
+//   OZ_INVM              1/M rounded to float64 (only estimates a quotient)
+#include "common.cuh"
+
+#ifndef OZ_N
+#error "crt.cu is compiled with a generated prelude (ozaki_backend/cuda/crt.py)"
+#endif
+
+// RN(|X| 2^-e) with the sign applied, |X| in OZ_L little-endian limbs.
+__device__ __forceinline__ double oz_round_scaled(const u32 (&x)[OZ_L], bool neg, int e) {
+    // Window (w2, w1, w0): the highest non-zero limb and the two below it; sticky: OR of
+    // the limbs below the window. Indices are compile-time (no local memory).
+    u32 w2 = 0, w1 = 0, w0 = 0, sticky = 0;
+    int top = -1;
+#pragma unroll
+    for (int T = OZ_L - 1; T >= 0; --T) {
+        if (top < 0 && x[T] != 0) {
+            top = T;
+            w2 = x[T];
+            w1 = T >= 1 ? x[T >= 1 ? T - 1 : 0] : 0u;
+            w0 = T >= 2 ? x[T >= 2 ? T - 2 : 0] : 0u;
+            u32 st = 0;
+#pragma unroll
+            for (int u = 0; u < OZ_L; ++u)
+                if (u < T - 2) st |= x[u];
+            sticky = st;
+        }
+    }
+    if (top < 0) return 0.0;  // X = 0 gives +0.0
+    int lz = __clz(w2);
+    int nb = 32 * top + 32 - lz;  // bit length of |X|
+    u64 hi = ((u64)w2 << 32) | w1;
+    u64 mw;  // bits nb-1 .. nb-64 of |X| (zeros below bit 0)
+    if (lz == 0) {
+        mw = hi;
+        sticky |= w0;
+    } else {
+        mw = (hi << lz) | (w0 >> (32 - lz));
+        sticky |= w0 << lz;
+    }
+    // Lowest kept bit r (in units of X): 53 significant bits, or the 2^-1074 position.
+    int r = max(nb - 53, e - 1074);
+    int kb = nb - r;  // kept bits, <= 53
+    u64 q;
+    if (kb < 0) {
+        q = 0;  // below half of the smallest subnormal
+    } else if (kb == 0) {
+        q = ((mw << 1) != 0 || sticky != 0) ? 1 : 0;  // >= half; a tie goes to 0 (even)
+    } else {
+        q = mw >> (64 - kb);
+        u64 guard = (mw >> (63 - kb)) & 1ull;
+        bool st = (mw & ((1ull << (63 - kb)) - 1)) != 0 || sticky != 0;
+        q += guard & (u64)(st || (q & 1ull));
+    }
+    // Value q 2^(r - e). If kb = 53 (normal), q in [2^52, 2^53]; otherwise r - e = -1074
+    // and q <= 2^52. In both cases the bit pattern is ((r - e + 1074) << 52) + q: the
+    // implicit bit of q carries into the exponent field (2^53 carries once more).
+    int e0 = r - e + 1074;  // >= 0 by the choice of r
+    u64 bits;
+    if (q == 0) {
+        bits = 0;
+    } else if (e0 > 2046) {
+        bits = 0x7FF0000000000000ull;
+    } else {
+        bits = ((u64)e0 << 52) + q;
+        if (bits >= 0x7FF0000000000000ull) bits = 0x7FF0000000000000ull;
+    }
+    if (neg) bits |= 1ull << 63;
+    return __longlong_as_double((long long)bits);
+}
+
+// C: N planes of rows x ldc int32 (plane stride `plane` elements), each value congruent
+// to the product mod p_l with |value| <= 2^30 + 255. s (rows), t (cols): exponents.
+// ab_mode 0: out = C; 1: out = alpha*C; 2: out = alpha*C + beta*C0 (spec §7).
+extern "C" __global__ void __launch_bounds__(256)
+oz_crt(const int *__restrict__ C, i64 plane, i64 ldc, int rows, int cols,
+       const int *__restrict__ s, const int *__restrict__ t, double *__restrict__ out, i64 ors,
+       i64 ocs, int ab_mode, double alpha, double beta, const double *__restrict__ C0, i64 crs,
+       i64 ccs) {
+    // grid.x covers the columns (coalesced), grid.y strides over the rows: no division.
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= cols) return;
+    int tj = t[j];
+    for (int i = blockIdx.y; i < rows; i += gridDim.y) {
+        const int *cp = C + (i64)i * ldc + j;
+
+        // 1. Y' = M/2 + sum_l c_l w_l, with c_l = C_l mod p_l up to a multiple of p_l:
+        //    u = C_l + p_l floor(2^31 / p_l) is a non-negative u32, then one folding step
+        //    (u >> 16) (2^16 mod p_l) + (u & 0xffff) keeps c_l < 2^25, so every limb
+        //    column sum stays below 2^62.
+        u64 acc[OZ_L];
+#pragma unroll
+        for (int u = 0; u < OZ_L; ++u) acc[u] = OZ_MH[u];
+        oz_static_for<0, OZ_N>([&](auto L) {
+            constexpr int l = decltype(L)::value;
+            constexpr u32 P = oz_modulus(l);
+            constexpr u32 bias = (u32)((2147483648ull / P) * P);
+            constexpr u32 c16 = (1u << 16) % P;
+            u32 u = (u32)cp[(i64)l * plane] + bias;
+            u32 c = (u >> 16) * c16 + (u & 0xffffu);
+#pragma unroll
+            for (int v = 0; v < OZ_L; ++v) acc[v] += (u64)c * OZ_W[l][v];
+        });
+
+        // 2. Carry-propagate into 32-bit limbs y.
+        u32 y[OZ_L];
+        u64 carry = 0;
+#pragma unroll
+        for (int u = 0; u < OZ_L; ++u) {
+            u64 v = acc[u] + carry;
+            y[u] = (u32)v;
+            carry = v >> 32;
+        }
+
+        // 3. Quotient estimate Qe in {Q, Q+1}, Q = floor(Y'/M): the float64 value of Y'/M
+        //    has relative error < 2^-49, and the 2^-40 nudge makes Qe never too small.
+        double yf = 0.0;
+#pragma unroll
+        for (int u = OZ_L - 1; u >= 0; --u) yf = yf * 4294967296.0 + (double)y[u];
+        u32 Qe = (u32)(yf * OZ_INVM * (1.0 + 0x1p-40));
+
+        // 4. X' = Y' - Qe M in [-M, M) (two's complement over the limbs, signed top limb).
+        u32 x[OZ_L];
+        i64 a = 0;
+#pragma unroll
+        for (int u = 0; u < OZ_L; ++u) {
+            a += (i64)y[u] - (i64)((u64)Qe * OZ_M[u]);
+            x[u] = (u32)a;
+            a >>= 32;
+        }
+        bool negp = a < 0;
+
+        // 5. X = X' - M/2 if X' >= 0 (Qe = Q), else X' + M/2 (Qe = Q + 1, X' + M = X'').
+        //    X is the representative in (-M/2, M/2): |X| <= H by the scaling invariant.
+        a = 0;
+#pragma unroll
+        for (int u = 0; u < OZ_L; ++u) {
+            i64 xu = (u == OZ_L - 1) ? (i64)(int)x[u] : (i64)x[u];
+            a += xu + (negp ? (i64)OZ_MH[u] : -(i64)OZ_MH[u]);
+            x[u] = (u32)a;
+            a >>= 32;
+        }
+        bool negx = (int)x[OZ_L - 1] < 0;
+        if (negx) {  // magnitude: two's complement negation across the limbs
+            u64 cy = 1;
+#pragma unroll
+            for (int u = 0; u < OZ_L; ++u) {
+                u64 v = (u64)(~x[u]) + cy;
+                x[u] = (u32)v;
+                cy = v >> 32;
+            }
+        }
+
+        // 6. The one rounding, then alpha / beta with no contraction.
+        double val = oz_round_scaled(x, negx, s[i] + tj);
+        if (ab_mode >= 1) val = __dmul_rn(alpha, val);
+        if (ab_mode == 2) val = __dadd_rn(val, __dmul_rn(beta, C0[(i64)i * crs + (i64)j * ccs]));
+        out[(i64)i * ors + (i64)j * ocs] = val;
+    }
+}

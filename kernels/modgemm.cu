@@ -1,0 +1,37 @@
+// Stage 3 helpers around the cuBLAS INT8 GEMMs (docs/spec.md §5), mirrored by
+// ozaki_backend/cuda/modgemm.py. The products themselves come from cuBLAS.
+#include "common.cuh"
+
+// Between k chunks: C_l <- C_l mod p_l in [0, p_l), so that the next chunk's GEMM
+// (beta = 1) adds at most 65536 * 2^14 = 2^30 and nothing overflows int32.
+// grid.y = modulus index; C plane l is rows x ldc int32 at C + l * plane.
+extern "C" __global__ void oz_fold_products(int *__restrict__ C, i64 plane, int rows, int cols,
+                                            i64 ldc) {
+    int l = blockIdx.y;
+    int p = (int)oz_modulus(l);
+    int *Cl = C + (i64)l * plane;
+    i64 total = (i64)rows * cols;
+    for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < total;
+         idx += (i64)gridDim.x * blockDim.x) {
+        int r = (int)(idx / cols), c = (int)(idx - (i64)r * cols);
+        int v = Cl[(i64)r * ldc + c] % p;
+        Cl[(i64)r * ldc + c] = v < 0 ? v + p : v;
+    }
+}
+
+// Stage output for tests: c_l = C_l mod p_l in [0, p_l) as int16 (N, rows, cols), the
+// CPU reference's modular_products layout.
+extern "C" __global__ void oz_reduce_products(const int *__restrict__ C, i64 plane, int rows,
+                                              int cols, i64 ldc, short *__restrict__ out) {
+    int l = blockIdx.y;
+    int p = (int)oz_modulus(l);
+    const int *Cl = C + (i64)l * plane;
+    short *ol = out + (i64)l * rows * cols;
+    i64 total = (i64)rows * cols;
+    for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < total;
+         idx += (i64)gridDim.x * blockDim.x) {
+        int r = (int)(idx / cols), c = (int)(idx - (i64)r * cols);
+        int v = Cl[(i64)r * ldc + c] % p;
+        ol[idx] = (short)(v < 0 ? v + p : v);
+    }
+}

@@ -1,0 +1,417 @@
+"""``python -m ozaki_backend bench``: native DGEMM against the emulation, side by side.
+
+For each shape (square n in ``--sizes``, plus a few non-square ones), in one run:
+
+* native cuBLAS DGEMM through CuPy: TFLOPS and max relative error;
+* the emulation (CuPy operands, CuPy result) for each mode and moduli count: TFLOPS,
+  speed-up over native, max relative error, and the phase breakdown (scaling,
+  residues, INT8 GEMMs, CRT) from CUDA events;
+* the two ways of issuing the INT8 GEMMs (batched / one call per modulus) for the
+  ``precision="fp64"`` accurate plan;
+* NumPy operands in, NumPy result out (``matmul(engine="cuda")`` wall time, transfers
+  included; also the engine alone and its upload / product / download steps) next to
+  NumPy on the host CPU and next to a plain CuPy round trip
+  (``asnumpy(asarray(a) @ asarray(b))``), for outputs up to ``--numpy-max`` elements.
+
+Errors are max over the elements of ``|C - R| / |R|`` against a double-double
+reference ``R`` on a sample of rows (``--err-rows``): the operands are cut into 5
+integer slices of ``b = (53 - log2 k) / 2`` bits per row / column, every slice product
+is an exact FP64 GEMM (integer sums below 2^53), and the 25 products are summed in
+double-double. Test matrices (GEMMul8's): ``phi < 0`` standard normal, else
+``(U(0,1) - 0.5) exp(phi N(0,1))``, for ``phi`` in ``--phis``; timings use the first.
+
+JSON (``--json FILE``), schema ``ozaki_backend.bench/1``::
+
+    {
+      "schema": "ozaki_backend.bench/1",
+      "date": "2026-...Z", "device": "NVIDIA H200", "compute_capability": "90",
+      "cupy": "14.2.0", "cuda_runtime": 13000, "quick": false,
+      "phis": [-1.0, 0.5, 1.0],
+      "results": [
+        {
+          "shape": [m, k, n],                      # (m x k) @ (k x n)
+          "native": {"seconds": s, "tflops": x,
+                     "max_rel_err": {"-1.0": e, "0.5": e, "1.0": e}},
+          "emulated": [
+            {"label": "accurate-16 (fp64)",        # mode-N (how N was chosen)
+             "mode": "accurate", "moduli": 16, "rule": "...plan.rule...",
+             "seconds": s, "tflops": x, "speedup": x_over_native,
+             "max_rel_err": {"-1.0": e, ...},
+             "phases_s": {"scaling": s, "residues": s, "gemms": s, "crt": s},
+             "gemm_strategy": "loop"},
+            ...
+          ],
+          "gemm_strategies": {"batched": s, "loop": s,     # fp64 accurate plan; "loop" cuts
+                              "loop-unblocked": s,        # the columns in 8192 blocks,
+                              "loop-2d-blocks": s},       # 2d: the rows too
+          "gemm_strategies_bitwise_equal": true,          # every variant gave the same bits
+          "numpy_io": {"plan": "accurate-19",          # the default plan
+                       "api_s": s,                  # ozaki_backend.matmul(engine="cuda")
+                       "emulated_s": s,             # cuda.engine.matmul_numpy directly
+                       "upload_s": s, "compute_s": s, "download_s": s,  # its steps
+                       "host_isfinite_s": s,        # the API's host finiteness check
+                       "numpy_host_s": s or null,   # a @ b on the host CPU
+                       "cupy_roundtrip_s": s} or null   # asnumpy(asarray(a) @ asarray(b))
+        }, ...
+      ]
+    }
+
+Times are medians of ``--reps`` runs after one warm-up (CUDA events for device work,
+wall clock for NumPy in/out); TFLOPS = 2 m n k / time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import time
+
+import numpy as np
+
+DEFAULT_SIZES = (2048, 4096, 8192, 16384)
+DEFAULT_SHAPES = ((4096, 65536, 4096), (16384, 1024, 16384))
+DEFAULT_MODULI = (12, 14, 15, 16, 17)
+
+
+def _parse(argv):
+    ap = argparse.ArgumentParser(prog="python -m ozaki_backend bench",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)),
+                    help="square sizes n, comma separated (default %(default)s)")
+    ap.add_argument("--shapes", default=";".join("x".join(map(str, s)) for s in DEFAULT_SHAPES),
+                    help="extra shapes MxKxN separated by ';' ('' for none; default %(default)s)")
+    ap.add_argument("--moduli", default=",".join(map(str, DEFAULT_MODULI)),
+                    help="moduli counts to time besides the fp64 and bits=34 plans")
+    ap.add_argument("--modes", default="fast,accurate")
+    ap.add_argument("--phis", default="-1,0.5,1", help="test-matrix phi values")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--err-rows", type=int, default=32)
+    ap.add_argument("--numpy-max", type=int, default=8192 * 8192,
+                    help="largest m*n for the NumPy in/out comparison (0: none)")
+    ap.add_argument("--host-numpy-max", type=int, default=8192 * 8192,
+                    help="largest m*n timed with NumPy on the host CPU")
+    ap.add_argument("--quick", action="store_true",
+                    help="small sizes, fewer configurations (a smoke run)")
+    ap.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    args = ap.parse_args(argv)
+    if args.quick:
+        if args.sizes == ",".join(map(str, DEFAULT_SIZES)):
+            args.sizes = "2048,4096"
+        if args.shapes == ";".join("x".join(map(str, s)) for s in DEFAULT_SHAPES):
+            args.shapes = "1024x16384x1024"
+        if args.moduli == ",".join(map(str, DEFAULT_MODULI)):
+            args.moduli = ""
+        args.reps = min(args.reps, 2)
+    return args
+
+
+# ----------------------------------------------------------------------------- data
+
+def _matrix(cp, rng, shape, phi):
+    if phi < 0:
+        return rng.standard_normal(shape, dtype=np.float64)
+    return (rng.random(shape, dtype=np.float64) - 0.5) * cp.exp(phi * rng.standard_normal(shape))
+
+
+def _exact_rows(cp, A, B):
+    """Double-double ``(hi, lo)`` of ``A @ B`` (A: a few rows) from exact slice GEMMs."""
+    k = A.shape[1]
+    b = (53 - int(np.ceil(np.log2(max(k, 2))))) // 2
+    nslices = 5
+
+    def scale_rows(X):
+        _, e = cp.frexp(X)
+        e = cp.where(X != 0, e, -1100).max(axis=1)
+        e = cp.where(e == -1100, 0, e)
+        return cp.ldexp(X, -e[:, None]), e
+
+    As, ea = scale_rows(A)
+    Bs, eb = scale_rows(B.T)
+    Bs = Bs.T
+
+    def slices(X):
+        out = []
+        r = X
+        for _ in range(nslices):
+            r = cp.ldexp(r, b)
+            h = cp.trunc(r)
+            out.append(h)
+            r = r - h
+        return out
+
+    SA, SB = slices(As), slices(Bs)
+    terms = []
+    for p in range(nslices):
+        for q in range(nslices):
+            terms.append((p + q, SA[p] @ SB[q]))   # exact: integer sums < 2^53
+    terms.sort(key=lambda t: -t[0])                # smallest magnitudes first
+    hi = cp.zeros((A.shape[0], B.shape[1]))
+    lo = cp.zeros_like(hi)
+    for d, P in terms:
+        x = cp.ldexp(P, -b * (d + 2))
+        s = hi + x                                 # TwoSum
+        bb = s - hi
+        err = (hi - (s - bb)) + (x - bb)
+        hi, lo = s, lo + err
+    s = hi + lo
+    lo = lo - (s - hi)
+    hi = s
+    sc = (ea[:, None] + eb[None, :])
+    return cp.ldexp(hi, sc), cp.ldexp(lo, sc)
+
+
+def _max_rel_err(cp, C, ref):
+    hi, lo = ref
+    nz = hi != 0
+    diff = cp.abs((C - hi) - lo)
+    if not bool(nz.any()):
+        return 0.0
+    return float(cp.max(cp.where(nz, diff / cp.abs(cp.where(nz, hi, 1.0)), 0.0)))
+
+
+def _time_device(cp, fn, reps):
+    fn()
+    cp.cuda.Device().synchronize()
+    ts = []
+    for _ in range(reps):
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        ts.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
+    return float(np.median(ts))
+
+
+def _time_wall(fn, reps, sync=None):
+    fn()
+    if sync:
+        sync()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        if sync:
+            sync()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+# ----------------------------------------------------------------------------- configs
+
+def _configs(m, n, k, args):
+    from .plan import Plan
+
+    modes = [x for x in args.modes.split(",") if x]
+    out = []
+    for mode in modes:
+        p = Plan(m, n, k, mode=mode)
+        out.append((f"{mode}-{p.n_moduli} (fp64)", p))
+        p = Plan(m, n, k, bits=34, mode=mode)
+        out.append((f"{mode}-{p.n_moduli} (bits=34)", p))
+        for N in [int(x) for x in args.moduli.split(",") if x]:
+            out.append((f"{mode}-{N}", Plan(m, n, k, moduli=N, mode=mode)))
+    seen, uniq = set(), []
+    for label, p in out:
+        if p.key() not in seen:
+            seen.add(p.key())
+            uniq.append((label, p))
+    return uniq
+
+
+def _bench_shape(cp, m, k, n, args, log):
+    from .cuda import pipeline
+    from .plan import Plan
+
+    phis = [float(x) for x in args.phis.split(",")]
+    rng = cp.random.default_rng(m * 31 + k * 7 + n)
+    data = {phi: (_matrix(cp, rng, (m, k), phi), _matrix(cp, rng, (k, n), phi)) for phi in phis}
+    rows = cp.linspace(0, m - 1, min(m, args.err_rows)).astype(cp.int64)
+    refs = {phi: _exact_rows(cp, A[rows], B) for phi, (A, B) in data.items()}
+    A, B = data[phis[0]]
+    flops = 2.0 * m * n * k
+    res = {"shape": [m, k, n]}
+
+    C = cp.empty((m, n))
+    t_nat = _time_device(cp, lambda: cp.matmul(A, B, out=C), args.reps)
+    res["native"] = {"seconds": t_nat, "tflops": flops / t_nat / 1e12, "max_rel_err": {
+        str(phi): _max_rel_err(cp, cp.matmul(Ap[rows], Bp), refs[phi])
+        for phi, (Ap, Bp) in data.items()}}
+    log(f"  native DGEMM {t_nat * 1e3:9.2f} ms  {flops / t_nat / 1e12:6.1f} TFLOPS")
+
+    res["emulated"] = []
+    for label, plan in _configs(m, n, k, args):
+        t = _time_device(cp, lambda: plan.matmul(A, B, out=C), args.reps)
+        errs = {}
+        for phi, (Ap, Bp) in data.items():
+            Ce = plan.matmul(Ap, Bp)
+            errs[str(phi)] = _max_rel_err(cp, Ce[rows], refs[phi])
+        ph = pipeline.Phases()
+        pipeline.product_into(A, B, plan, C, phases=ph)
+        phases = ph.totals()
+        from .cuda.modgemm import gemm_strategy
+
+        res["emulated"].append({
+            "label": label, "mode": plan.mode, "moduli": plan.n_moduli, "rule": plan.rule,
+            "seconds": t, "tflops": flops / t / 1e12, "speedup": t_nat / t,
+            "max_rel_err": errs, "phases_s": phases,
+            "gemm_strategy": gemm_strategy(m, n)})
+        log(f"  {label:24s} {t * 1e3:9.2f} ms  {flops / t / 1e12:6.1f} TFLOPS "
+            f"x{t_nat / t:4.2f}  err {max(errs.values()):.1e}  " + " ".join(
+                f"{k_[:4]} {v * 1e3:.2f}" for k_, v in phases.items()))
+
+    res["gemm_strategies"] = {}
+    plan = Plan(m, n, k, mode="accurate")
+    import os
+
+    variants = [("batched", "batched", "", ""), ("loop", "loop", "", "")]
+    if n > 8192 or m > 8192:
+        variants += [("loop-unblocked", "loop", "0", "0"), ("loop-2d-blocks", "loop", "", "8192")]
+    reference = plan.matmul(A, B)
+    res["gemm_strategies_bitwise_equal"] = True
+    for name, strategy, cb, rb in variants:
+        os.environ["OZAKI_BACKEND_CUDA_GEMM"] = strategy
+        os.environ["OZAKI_BACKEND_CUDA_COLBLOCK"] = cb
+        os.environ["OZAKI_BACKEND_CUDA_ROWBLOCK"] = rb
+        try:
+            res["gemm_strategies"][name] = _time_device(
+                cp, lambda: plan.matmul(A, B, out=C), max(1, args.reps - 1))
+            if not bool(cp.array_equal(C.view(cp.int64), reference.view(cp.int64))):
+                res["gemm_strategies_bitwise_equal"] = False
+        finally:
+            for v in ("GEMM", "COLBLOCK", "ROWBLOCK"):
+                del os.environ[f"OZAKI_BACKEND_CUDA_{v}"]
+    log("  GEMM strategies (fp64 accurate): " + ", ".join(
+        f"{s} {v * 1e3:.2f} ms" for s, v in res["gemm_strategies"].items())
+        + f"; bitwise equal: {res['gemm_strategies_bitwise_equal']}")
+
+    res["numpy_io"] = None
+    if m * n <= args.numpy_max:
+        res["numpy_io"] = _numpy_io(cp, A, B, m, n, k, args, log)
+    return res
+
+
+def _numpy_io(cp, A, B, m, n, k, args, log):
+    """NumPy in / NumPy out: through the public API, through the engine directly, and
+    the engine's three steps (upload, product, download) timed separately."""
+    import ozaki_backend
+    from .cuda import engine, pipeline
+    from .plan import Plan
+
+    a_h, b_h = cp.asnumpy(A), cp.asnumpy(B)
+    plan = Plan(m, n, k)
+    t_api = _time_wall(lambda: ozaki_backend.matmul(a_h, b_h, engine="cuda"), args.reps)
+    t_eng = _time_wall(lambda: engine.matmul_numpy(a_h, b_h, plan), args.reps)
+    t_rt = _time_wall(lambda: cp.asnumpy(cp.asarray(a_h) @ cp.asarray(b_h)), args.reps)
+    t_host = _time_wall(lambda: a_h @ b_h, 1) if m * n <= args.host_numpy_max else None
+    t_fin = _time_wall(lambda: bool(np.isfinite(a_h).all() and np.isfinite(b_h).all()), 1)
+    stream = engine._stream()
+    steps = []
+    for _ in range(2):  # the second run is the one reported (pinned buffers warm)
+        with stream:
+            t0 = time.perf_counter()
+            dA, fa = engine.upload_start(a_h, stream)
+            dB, fb = engine.upload_start(b_h, stream)
+            engine.wait(fa + fb)
+            stream.synchronize()
+            t1 = time.perf_counter()
+            C = cp.empty((m, n))
+            pipeline.product_into(dA, dB, plan, C)
+            stream.synchronize()
+            t2 = time.perf_counter()
+            out = np.empty((m, n))
+            engine.download(C, out, stream)
+            t3 = time.perf_counter()
+        steps = [t1 - t0, t2 - t1, t3 - t2]
+    io = {"plan": f"{plan.mode}-{plan.n_moduli}", "api_s": t_api, "emulated_s": t_eng,
+          "numpy_host_s": t_host, "cupy_roundtrip_s": t_rt, "host_isfinite_s": t_fin,
+          "upload_s": steps[0], "compute_s": steps[1], "download_s": steps[2]}
+    log(f"  NumPy in/out ({io['plan']}): matmul() {t_api * 1e3:.1f} ms, engine "
+        f"{t_eng * 1e3:.1f} ms (upload {steps[0] * 1e3:.1f} + product {steps[1] * 1e3:.1f} "
+        f"+ download {steps[2] * 1e3:.1f}), host isfinite {t_fin * 1e3:.1f} ms, CuPy round "
+        f"trip {t_rt * 1e3:.1f} ms, host NumPy "
+        + ("-" if t_host is None else f"{t_host * 1e3:.1f} ms"))
+    return io
+
+
+# ----------------------------------------------------------------------------- table
+
+def _table(report):
+    lines = []
+    lines.append(f"ozaki_backend bench  {report['date']}  {report['device']} "
+                 f"(sm_{report['compute_capability']}), CuPy {report['cupy']}")
+    phis = report["phis"]
+    head = (f"{'shape m x k x n':>22s} {'config':>22s} {'TFLOPS':>7s} {'xnat':>5s} "
+            + " ".join(f"{'err phi=' + str(p):>12s}" for p in phis)
+            + f" {'scal':>6s} {'res':>6s} {'gemm':>7s} {'crt':>6s} (ms)")
+    lines.append(head)
+    for r in report["results"]:
+        shp = "x".join(map(str, r["shape"]))
+        nat = r["native"]
+        lines.append(f"{shp:>22s} {'native DGEMM':>22s} {nat['tflops']:7.1f} {1.0:5.2f} "
+                     + " ".join(f"{nat['max_rel_err'][str(p)]:12.1e}" for p in phis))
+        for e in r["emulated"]:
+            ph = e["phases_s"]
+            lines.append(f"{'':>22s} {e['label']:>22s} {e['tflops']:7.1f} {e['speedup']:5.2f} "
+                         + " ".join(f"{e['max_rel_err'][str(p)]:12.1e}" for p in phis)
+                         + f" {ph['scaling'] * 1e3:6.2f} {ph['residues'] * 1e3:6.2f} "
+                         f"{ph['gemms'] * 1e3:7.2f} {ph['crt'] * 1e3:6.2f}")
+        gs = r.get("gemm_strategies") or {}
+        if gs:
+            lines.append(f"{'':>22s} GEMM issue (fp64 accurate): " + ", ".join(
+                f"{k} {v * 1e3:.2f} ms" for k, v in gs.items()))
+        io = r.get("numpy_io")
+        if io:
+            host = "-" if io["numpy_host_s"] is None else f"{io['numpy_host_s'] * 1e3:.0f} ms"
+            lines.append(f"{'':>22s} NumPy in/out ({io['plan']}): matmul() "
+                         f"{io['api_s'] * 1e3:.1f} ms, engine {io['emulated_s'] * 1e3:.1f} ms"
+                         f" (up {io['upload_s'] * 1e3:.1f} / product "
+                         f"{io['compute_s'] * 1e3:.1f} / down {io['download_s'] * 1e3:.1f})"
+                         f" | host NumPy {host} | CuPy round trip "
+                         f"{io['cupy_roundtrip_s'] * 1e3:.1f} ms")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    """Run the benchmark; print the table last; optionally write JSON."""
+    args = _parse(list(sys.argv[1:] if argv is None else argv))
+    from .cuda import availability
+
+    ok, why = availability()
+    if not ok:
+        print(f"bench needs a GPU: {why}", file=sys.stderr)
+        return 1
+    import cupy as cp
+
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    report = {
+        "schema": "ozaki_backend.bench/1",
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "device": name, "compute_capability": cp.cuda.Device().compute_capability,
+        "cupy": cp.__version__, "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
+        "quick": bool(args.quick), "phis": [float(x) for x in args.phis.split(",")],
+        "results": [],
+    }
+    shapes = [(n, n, n) for n in (int(x) for x in args.sizes.split(",") if x)]
+    shapes += [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(";") if s]
+
+    def log(msg):
+        print(msg, flush=True)
+
+    for (m, k, n) in shapes:
+        log(f"shape {m} x {k} x {n}")
+        report["results"].append(_bench_shape(cp, m, k, n, args, log))
+        cp.get_default_memory_pool().free_all_blocks()
+        if args.json:  # keep partial results if a later shape dies
+            with open(args.json, "w") as f:
+                json.dump(report, f, indent=1)
+    print()
+    print(_table(report))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Small pieces shared by the CUDA stage modules: operand views, launches, workspace.
+
+Imported only once CuPy is known to be usable (never by ``import ozaki_backend``).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import cupy
+import numpy as np
+
+from ..moduli import crt_constants
+
+#: k is padded to a multiple of this (16-byte aligned int8 rows: cuBLAS's IMMA path).
+KPAD = 16
+#: Leading dimension of the int32 products is padded to a multiple of this.
+LDC_PAD = 16
+
+INT_MIN = -(2 ** 31)
+INT_MAX = 2 ** 31 - 1
+
+
+def round_up(x: int, q: int) -> int:
+    return -(-x // q) * q
+
+
+def as_rows(X):
+    """``(X, rs, cs, rows_fast)`` for a 2-D float64 CuPy view read row-wise.
+
+    ``rs``, ``cs`` are element strides (may be negative or zero); ``rows_fast`` tells the
+    kernels which index has unit stride so that their global reads coalesce.
+    """
+    if X.dtype != np.float64:
+        raise TypeError(f"expected float64, got {X.dtype}")
+    s0, s1 = X.strides
+    if s0 % 8 or s1 % 8:  # e.g. a float64 view into a byte buffer at an odd offset
+        X = cupy.ascontiguousarray(X)
+        s0, s1 = X.strides
+    rs, cs = s0 // 8, s1 // 8
+    rows_fast = int(abs(rs) == 1 and abs(cs) != 1) if X.shape[0] > 1 else 0
+    return X, np.int64(rs), np.int64(cs), np.int32(rows_fast)
+
+
+def h_params(n_moduli: int):
+    """``(eh, fh)``: frexp exponent of ``H_f`` and its 52-bit fraction field (spec §1)."""
+    H_f = crt_constants(n_moduli).H_f
+    _, eh = math.frexp(H_f)
+    bits = struct.unpack("<Q", struct.pack("<d", H_f))[0]
+    return np.int32(eh), np.uint64(bits & ((1 << 52) - 1))
+
+
+def lam1(n_moduli: int) -> int:
+    """``lambda(1)`` exactly (spec §1)."""
+    mh, eh = math.frexp(crt_constants(n_moduli).H_f)
+    mx, ex = math.frexp(1.0)
+    return eh - ex - (1 if mx > mh else 0)
+
+
+def blocks(total: int, per_block: int = 256, cap: int = 1 << 20) -> int:
+    """1-D grid size for a grid-stride loop over ``total`` items."""
+    return max(1, min(cap, -(-total // per_block)))
+
+
+class Workspace:
+    """A layout of aligned typed buffers inside one allocation from CuPy's pool.
+
+    The caller registers every buffer (:meth:`need`), allocates ``nbytes`` (or the
+    largest of several layouts that are live one after the other, on one stream) and
+    :meth:`carve` s the views: the whole workspace is sized up front, so an
+    out-of-memory error happens before any kernel runs.
+    """
+
+    ALIGN = 256
+
+    def __init__(self):
+        self._items = []
+        self._size = 0
+
+    def need(self, name, shape, dtype):
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        self._items.append((name, tuple(int(s) for s in shape), dtype, self._size))
+        self._size += round_up(max(nbytes, 1), self.ALIGN)
+
+    @property
+    def nbytes(self) -> int:
+        return self._size
+
+    def carve(self, buf):
+        """Typed views of this layout over ``buf`` (a CuPy uint8 array, >= nbytes)."""
+        assert buf.nbytes >= self._size
+        views = {}
+        for name, shape, dtype, off in self._items:
+            views[name] = cupy.ndarray(shape, dtype=dtype, memptr=buf.data + off)
+        return views
+
+
+def free_device_bytes() -> int:
+    """Bytes a new allocation can get: free device memory plus CuPy's cached free
+    blocks, within the memory pool's limit when one is set."""
+    free, _total = cupy.cuda.runtime.memGetInfo()
+    pool = cupy.get_default_memory_pool()
+    avail = int(free) + int(pool.free_bytes())
+    limit = int(pool.get_limit())
+    if limit:
+        avail = min(avail, limit - int(pool.used_bytes()))
+    return max(avail, 0)

@@ -1,0 +1,89 @@
+"""Stage 4 on the GPU — CRT reconstruction, the one rounding, alpha/beta, in one pass.
+
+Mirrors :mod:`ozaki_backend.reference.crt` (``docs/spec.md`` §6–7). ``kernels/crt.cu``
+is compiled once per moduli count with a generated prelude holding the exact CRT
+constants as 32-bit limbs (from :func:`ozaki_backend.moduli.crt_constants`):
+
+    Y' = M/2 + sum_l c_l w_l,      w_l = (M/p_l) ((M/p_l)^-1 mod p_l) mod M,
+
+with ``c_l`` congruent to the l-th product modulo ``p_l`` (``0 <= c_l < 2^25``), so
+``Y' = X + M/2 (mod M)`` for the wanted ``X`` in ``(-M/2, M/2)``. A float64 estimate of
+``Y'/M``, nudged up by 2^-40, gives a quotient that is exact or one too large; one limb
+subtraction and a sign test settle it. No floating-point value ever stands in for a
+bit of ``X``; the rounding to float64 is done on the limbs.
+"""
+
+from __future__ import annotations
+
+import cupy
+import numpy as np
+
+from ..moduli import MODULI
+from . import loader
+from ._prelude import crt_prelude as prelude
+
+
+def _kernel(n_moduli: int):
+    return loader.get_function("crt.cu", "oz_crt", prelude=prelude(n_moduli))
+
+
+def ab_mode(alpha, beta) -> int:
+    """0: ``C``; 1: ``alpha*C``; 2: ``alpha*C + beta*C0`` (spec §7)."""
+    if beta != 0.0:
+        return 2
+    return 0 if alpha == 1.0 else 1
+
+
+def crt_into(C, n_moduli, rows, cols, s, t, out, *, alpha=1.0, beta=0.0, C0=None):
+    """The fused output pass for one tile.
+
+    Parameters
+    ----------
+    C : cupy int32 (>= N, >= rows, ldc)
+        Products (congruent mod p_l, ``|value| <= 2^30 + 255``).
+    s, t : cupy int32 (rows,), (cols,)
+    out : cupy float64 (rows, cols) view, any strides
+    C0 : cupy float64 (rows, cols) view or None (read only when ``beta != 0``)
+    """
+    if rows == 0 or cols == 0:
+        return
+    mode = ab_mode(alpha, beta)
+    os0, os1 = out.strides
+    if C0 is None or mode < 2:
+        C0p, c0, c1 = None, 0, 0
+    else:
+        C0p, (c0, c1) = C0, C0.strides
+    _kernel(n_moduli)(
+        (-(-cols // 256), min(rows, 65535)), (256,),
+        (C, np.int64(C.shape[1] * C.shape[2]), np.int64(C.shape[2]), np.int32(rows),
+         np.int32(cols), s, t, out, np.int64(os0 // 8), np.int64(os1 // 8), np.int32(mode),
+         np.float64(alpha), np.float64(beta), C0p, np.int64(c0 // 8), np.int64(c1 // 8)))
+
+
+def reconstruct_round(c, moduli, s, t):
+    """Spec §6 for one product: residues ``c (N, m, n)`` -> float64 ``(m, n)`` (CuPy).
+
+    Mirrors the reference's ``reconstruct_round``; ``c`` may be any integers congruent
+    to the products (the reference's ``[0, p)`` residues, or raw int32 products).
+    """
+    moduli = tuple(int(p) for p in moduli)
+    if moduli != MODULI[:len(moduli)]:
+        raise ValueError(f"the CUDA kernels use a prefix of the moduli table; got {moduli}")
+    N = len(moduli)
+    C = cupy.ascontiguousarray(cupy.asarray(c).astype(np.int32, copy=False))
+    _, m, n = C.shape
+    out = cupy.empty((m, n), dtype=np.float64)
+    s32 = cupy.asarray(s).astype(np.int32)
+    t32 = cupy.asarray(t).astype(np.int32)
+    crt_into(C, N, m, n, s32, t32, out)
+    return out
+
+
+def apply_alpha_beta(C, alpha, beta, C0=None):
+    """Spec §7 on device arrays, one rounding per operation (no fused multiply-add)."""
+    alpha = float(alpha)
+    beta = float(beta)
+    out = C if alpha == 1.0 else cupy.multiply(alpha, C)
+    if beta != 0.0:
+        out = cupy.add(out, cupy.multiply(beta, cupy.asarray(C0, dtype=np.float64)))
+    return out

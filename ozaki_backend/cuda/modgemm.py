@@ -1,0 +1,189 @@
+"""Stage 3 on the GPU — the modular products as cuBLAS INT8 GEMMs (``docs/spec.md`` §5).
+
+Mirrors :mod:`ozaki_backend.reference.modgemm`. The residue planes are int8, row-major
+``rows x kpad`` with k contiguous (A's rows, B's columns), so that
+
+    C[i, j] = sum_k RA[i, k] RB[j, k]
+
+is one "TN" GEMM in cuBLAS's column-major terms: ``C^T (cols x rows) = RB_cm^T RA_cm``
+with ``transa = T``, ``transb = N``, every leading dimension a multiple of 16 bytes
+(``cublasGemmEx``, ``CUDA_R_8I`` inputs, ``CUDA_R_32I`` output, ``CUBLAS_COMPUTE_32I``).
+
+Reductions longer than the exact int32 range are cut at ``KSPLIT = 65536`` (then every
+chunk sum is at most ``65536 * 2^14 = 2^30``): after a chunk the products are folded
+into ``[0, p)`` by a small kernel and the next chunk's GEMM accumulates onto them
+(``beta = 1``), which never exceeds ``2^30 + 255``.
+
+Two ways to issue the N GEMMs: one ``cublasGemmStridedBatchedEx`` over the moduli, or
+one ``cublasGemmEx`` per modulus with the output cut into 8192 x 8192 blocks. Which is
+faster depends on the size (``python -m ozaki_backend bench`` measures them); the
+default follows those measurements, ``OZAKI_BACKEND_CUDA_GEMM=batched|loop`` forces one.
+Every variant gives the same bits (exact integer products).
+"""
+
+from __future__ import annotations
+
+import os
+
+import cupy
+import numpy as np
+from cupy.cuda import cublas
+
+from ..moduli import KSPLIT
+from . import loader
+from ._common import KPAD, LDC_PAD, blocks, round_up
+
+_R_8I = 3      # cudaDataType CUDA_R_8I
+_R_32I = 10    # cudaDataType CUDA_R_32I
+_COMPUTE_32I = getattr(cublas, "CUBLAS_COMPUTE_32I", 72)
+_ALGO = getattr(cublas, "CUBLAS_GEMM_DEFAULT", -1)
+
+_ONE = np.array([1], dtype=np.int32)
+_ZERO = np.array([0], dtype=np.int32)
+
+#: Output-column block of the per-modulus strategy (cuBLAS INT8 runs fastest at about
+#: this width on the H200). ``OZAKI_BACKEND_CUDA_COLBLOCK`` overrides it (0: no blocking).
+#: Measured on the H200 (bench, 16384^3, accurate, 19 moduli, 2026-11-29): one call per
+#: modulus unblocked 182.5 ms, columns in 8192 blocks 163.4 ms, rows and columns in
+#: 8192 blocks 158.3 ms, strided-batched 186.0 ms (all bitwise equal).
+COL_BLOCK = 8192
+
+
+#: Row block of the per-modulus strategy (0: none); ``OZAKI_BACKEND_CUDA_ROWBLOCK``.
+ROW_BLOCK = 8192
+
+
+def col_block() -> int:
+    v = os.environ.get("OZAKI_BACKEND_CUDA_COLBLOCK", "")
+    return int(v) if v else COL_BLOCK
+
+
+def row_block() -> int:
+    v = os.environ.get("OZAKI_BACKEND_CUDA_ROWBLOCK", "")
+    return int(v) if v else ROW_BLOCK
+
+
+def gemm_strategy(rows: int, cols: int) -> str:
+    """``"batched"`` or ``"loop"`` for a tile of ``rows x cols`` outputs."""
+    forced = os.environ.get("OZAKI_BACKEND_CUDA_GEMM", "")
+    if forced in ("batched", "loop"):
+        return forced
+    # Small tiles: one batched launch beats N launches; large ones: per-modulus calls
+    # run closer to the INT8 peak. Measured (fp64 accurate plan, whole product):
+    # 2048^3 batched 1.58 / loop 2.02 ms; 4096^3 5.08 / 4.66; 8192^3 27.2 / 23.5.
+    return "batched" if rows * cols <= 2048 * 2048 else "loop"
+
+
+def handle():
+    """This thread's cuBLAS handle, in host pointer mode (alpha/beta live on the host)."""
+    h = cupy.cuda.device.get_cublas_handle()
+    if cublas.getPointerMode(h) != cublas.CUBLAS_POINTER_MODE_HOST:
+        cublas.setPointerMode(h, cublas.CUBLAS_POINTER_MODE_HOST)
+    return h
+
+
+def gemm_tn(RA_ptr, RB_ptr, C_ptr, rows, cols, kc, lda, ldb, ldc, *, accumulate=False,
+            batch=1, stride_a=0, stride_b=0, stride_c=0, h=None):
+    """``C[i, j] (+)= sum_k RA[i, k] RB[j, k]``: int8 row-major operands, int32 output.
+
+    Pointers are raw device addresses (ints); strides are in elements of each type.
+    Runs on the current CuPy stream (cuBLAS calls set it on the handle).
+    """
+    if h is None:
+        h = handle()
+    beta = (_ONE if accumulate else _ZERO).ctypes.data
+    alpha = _ONE.ctypes.data
+    if batch == 1:
+        cublas.gemmEx(h, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, cols, rows, kc,
+                      alpha, RB_ptr, _R_8I, ldb, RA_ptr, _R_8I, lda,
+                      beta, C_ptr, _R_32I, ldc, _COMPUTE_32I, _ALGO)
+    else:
+        cublas.gemmStridedBatchedEx(
+            h, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, cols, rows, kc,
+            alpha, RB_ptr, _R_8I, ldb, stride_b, RA_ptr, _R_8I, lda, stride_a,
+            beta, C_ptr, _R_32I, ldc, stride_c, batch, _COMPUTE_32I, _ALGO)
+
+
+def products_into(RA, RB, C, n_moduli, rows, cols, kpad, *, strategy=None):
+    """All N modular products of one tile into ``C`` (int32 planes, values congruent to
+    the products mod p_l, ``|value| <= 2^30 + 255``).
+
+    Parameters
+    ----------
+    RA : cupy int8 (N, TM, kpad)
+        Residue planes of A's rows (the first ``rows`` rows are used).
+    RB : cupy int8 (N, TN, kpad)
+        Residue planes of B's columns (the first ``cols`` used).
+    C : cupy int32 (N, TM, ldc)
+        Output planes; ``ldc >= cols``.
+    """
+    N = n_moduli
+    lda = ldb = kpad
+    ldc = C.shape[2]
+    sa, sb, sc = RA.shape[1] * kpad, RB.shape[1] * kpad, C.shape[1] * ldc
+    strategy = strategy or gemm_strategy(rows, cols)
+    fold = loader.get_function("modgemm.cu", "oz_fold_products")
+    h = handle()
+    for c, k0 in enumerate(range(0, kpad, KSPLIT)):
+        kc = min(KSPLIT, kpad - k0)
+        if c:
+            fold((blocks(rows * cols), N), (256,),
+                 (C, np.int64(sc), np.int32(rows), np.int32(cols), np.int64(ldc)))
+        a0, b0 = RA.data.ptr + k0, RB.data.ptr + k0
+        if strategy == "batched":
+            gemm_tn(a0, b0, C.data.ptr, rows, cols, kc, lda, ldb, ldc, accumulate=c > 0,
+                    batch=N, stride_a=sa, stride_b=sb, stride_c=sc, h=h)
+            continue
+        cb = col_block() or cols
+        rb = row_block() or rows
+        for l in range(N):
+            for i0 in range(0, rows, rb):
+                ic = min(rb, rows - i0)
+                for j0 in range(0, cols, cb):
+                    jc = min(cb, cols - j0)
+                    gemm_tn(a0 + l * sa + i0 * kpad, b0 + l * sb + j0 * kpad,
+                            C.data.ptr + 4 * (l * sc + i0 * ldc + j0),
+                            ic, jc, kc, lda, ldb, ldc, accumulate=c > 0, h=h)
+
+
+def reduce_products(C, n_moduli, rows, cols):
+    """``c_l = C_l mod p_l`` in ``[0, p_l)`` as int16 ``(N, rows, cols)`` (stage output)."""
+    out = cupy.empty((n_moduli, rows, cols), dtype=np.int16)
+    if rows and cols:
+        fn = loader.get_function("modgemm.cu", "oz_reduce_products")
+        fn((blocks(rows * cols), n_moduli), (256,),
+           (C, np.int64(C.shape[1] * C.shape[2]), np.int32(rows), np.int32(cols),
+            np.int64(C.shape[2]), out))
+    return out
+
+
+def planes_from_reference_layout(R, transpose=False):
+    """int8 ``(N, rows, k)`` (or ``(N, k, rows)`` with ``transpose``) -> padded
+    ``(N, rows, kpad)`` planes, as the residue kernel writes them."""
+    R = cupy.asarray(R, dtype=np.int8)
+    if transpose:
+        R = R.transpose(0, 2, 1)
+    N, rows, k = R.shape
+    out = cupy.zeros((N, rows, round_up(max(k, 1), KPAD)), dtype=np.int8)
+    out[:, :, :k] = R
+    return out
+
+
+def modular_products(RA, RB, moduli):
+    """Residues of the products, ``(N, m, n)`` int16 in ``[0, p_l)`` (mirrors the reference).
+
+    Parameters
+    ----------
+    RA : int8 array (N, m, k)
+    RB : int8 array (N, k, n)
+    moduli : sequence of int
+        The first N entries of the moduli table.
+    """
+    N = len(moduli)
+    PA = planes_from_reference_layout(RA)
+    PB = planes_from_reference_layout(RB, transpose=True)
+    m, n, kpad = PA.shape[1], PB.shape[1], PA.shape[2]
+    C = cupy.empty((N, m, round_up(max(n, 1), LDC_PAD)), dtype=np.int32)
+    if m and n:
+        products_into(PA, PB, C, N, m, n, kpad)
+    return reduce_products(C, N, m, n)

@@ -1,0 +1,204 @@
+"""The CUDA engine end to end on device operands: scaling -> residues -> GEMMs -> CRT.
+
+Mirrors :mod:`ozaki_backend.reference.pipeline`. :func:`product_into` is the driver
+both array worlds use (``engine.py`` moves NumPy operands in and out around it):
+
+1. the workspace is sized up front for the largest output tile that fits in free
+   device memory (the whole product when it fits; otherwise tiles over m and n);
+2. exponents ``s``, ``t`` for the whole product (the accurate mode's bound matrix tile
+   by tile when it does not fit);
+3. per output tile: residue planes of A's row block and B's column block, the N INT8
+   GEMMs, and the fused CRT / rounding / alpha-beta pass into the output tile.
+
+Everything runs on the current CuPy stream; nothing synchronises except the optional
+phase timer.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+import cupy
+import numpy as np
+
+from . import crt, modgemm, residues, scaling
+from ._common import KPAD, LDC_PAD, Workspace, free_device_bytes, round_up
+from .errors import CudaEngineError
+from .scaling import BoundMatrix
+
+#: Tests may force small tiles: ``(tm, tn)``; ``OZAKI_BACKEND_CUDA_TILE="tm,tn"`` too.
+TILE_OVERRIDE = None
+#: Fraction of the free device memory the workspace may take (cuBLAS and the caller's
+#: own allocations need some headroom).
+MEMORY_FRACTION = 0.85
+_MIN_TILE = 256
+
+
+class Phases:
+    """Optional per-phase timing with CUDA events (for the benchmark's breakdown)."""
+
+    NAMES = ("scaling", "residues", "gemms", "crt")
+
+    def __init__(self):
+        self._pairs = []
+
+    @contextmanager
+    def __call__(self, name):
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        try:
+            yield
+        finally:
+            stop.record()
+            self._pairs.append((name, start, stop))
+
+    def totals(self):
+        """Seconds per phase (synchronises)."""
+        out = dict.fromkeys(self.NAMES, 0.0)
+        for name, start, stop in self._pairs:
+            stop.synchronize()
+            out[name] = out.get(name, 0.0) + cupy.cuda.get_elapsed_time(start, stop) / 1e3
+        return out
+
+
+@contextmanager
+def _nothing(_name):
+    yield
+
+
+def _layouts(tm, tn, kpad, N, mode):
+    """Workspace layouts: (scaling, products); they are live one after the other."""
+    prod = Workspace()
+    prod.need("RA", (N, tm, kpad), np.int8)
+    prod.need("RB", (N, tn, kpad), np.int8)
+    prod.need("C", (N, tm, round_up(tn, LDC_PAD)), np.int32)
+    bound = Workspace()
+    if mode == "accurate":
+        BoundMatrix.need(bound, tm, tn, kpad)
+    return bound, prod
+
+
+def workspace_bytes(tm, tn, kpad, N, mode) -> int:
+    """Device bytes one call needs for ``(tm, tn)`` tiles (both stages share them)."""
+    bound, prod = _layouts(tm, tn, kpad, N, mode)
+    return max(bound.nbytes, prod.nbytes)
+
+
+def choose_tiles(m, n, kpad, N, mode, free=None):
+    """``(tm, tn)``: the whole product when it fits, else the largest halving that does."""
+    override = TILE_OVERRIDE
+    env = os.environ.get("OZAKI_BACKEND_CUDA_TILE", "")
+    if override is None and env:
+        override = tuple(int(v) for v in env.split(","))
+    if override is not None:
+        return max(1, min(m, override[0])), max(1, min(n, override[1]))
+    if free is None:
+        free = free_device_bytes()
+    budget = int(free * MEMORY_FRACTION)
+    tm, tn = max(m, 1), max(n, 1)
+    while workspace_bytes(tm, tn, kpad, N, mode) > budget:
+        if tm <= _MIN_TILE and tn <= _MIN_TILE:
+            raise CudaEngineError(
+                f"device out of memory: the smallest tile ({tm} x {tn}, k = {kpad}) needs "
+                f"{workspace_bytes(tm, tn, kpad, N, mode)} bytes of workspace, "
+                f"{budget} are available")
+        if tm >= tn:
+            tm = max(_MIN_TILE, round_up(-(-tm // 2), 64))
+        else:
+            tn = max(_MIN_TILE, round_up(-(-tn // 2), 64))
+    return tm, tn
+
+
+def product_into(A, B, plan, out, *, alpha=1.0, beta=0.0, C0=None, phases=None,
+                 strategy=None, check_finite=False):
+    """``out = alpha * (A @ B) + beta * C0`` with Ozaki scheme II (``plan``), on device.
+
+    Parameters
+    ----------
+    A : cupy float64 (m, k), B : cupy float64 (k, n)
+        Finite operands, any strides (transposed and strided views are read in place).
+    plan : Plan
+        ``scheme="ozaki2"``; its moduli count and mode decide the bits.
+    out : cupy float64 (m, n), any strides
+        Every element is written.
+    C0 : cupy float64 (m, n) or None
+        Read only when ``beta != 0``.
+    phases : Phases or None
+        Records per-phase CUDA events when given.
+    check_finite : bool
+        Read (one synchronising 4-byte read) whether the scaling pass met Inf/NaN,
+        and if so return None without computing: the caller takes the native path.
+
+    Returns
+    -------
+    out, or None (non-finite operand, ``check_finite`` only)
+    """
+    m, k = A.shape
+    n = B.shape[1]
+    if m == 0 or n == 0:
+        return out
+    ph = phases or _nothing
+    if k == 0:
+        out.fill(0.0)
+        if alpha != 1.0 or beta != 0.0:
+            out[...] = crt.apply_alpha_beta(out, alpha, beta, C0)
+        return out
+    N = plan.n_moduli
+    kpad = round_up(k, KPAD)
+    tm, tn = choose_tiles(m, n, kpad, N, plan.mode)
+    bound, prod = _layouts(tm, tn, kpad, N, plan.mode)
+    buf = cupy.empty(max(bound.nbytes, prod.nbytes), dtype=np.uint8)
+    tiles = [(i0, min(m, i0 + tm), j0, min(n, j0 + tn))
+             for i0 in range(0, m, tm) for j0 in range(0, n, tn)]
+    Bt = B.T
+    with ph("scaling"):
+        if plan.mode == "accurate":
+            s, t, EA, EB = scaling.shifts(A, B, N, "accurate", tiles=tiles, tm=tm, tn=tn,
+                                          views=bound.carve(buf))
+        else:
+            s, t, EA, EB = scaling.shifts(A, B, N, "fast")
+    # The row-exponent kernel reports Inf/NaN as an exponent of 2000 (finite: <= 1024).
+    if check_finite and int(cupy.maximum(EA.max(), EB.max())) > 1024:
+        return None
+    v = prod.carve(buf)
+    RA, RB, C = v["RA"], v["RB"], v["C"]
+    rows_key = cols_key = None
+    for (i0, i1, j0, j1) in tiles:
+        with ph("residues"):
+            if rows_key != (i0, i1):
+                residues.residue_planes_into(A[i0:i1], s[i0:i1], RA, N)
+                rows_key = (i0, i1)
+            if cols_key != (j0, j1):
+                residues.residue_planes_into(Bt[j0:j1], t[j0:j1], RB, N)
+                cols_key = (j0, j1)
+        with ph("gemms"):
+            modgemm.products_into(RA, RB, C, N, i1 - i0, j1 - j0, kpad, strategy=strategy)
+        with ph("crt"):
+            crt.crt_into(C, N, i1 - i0, j1 - j0, s[i0:i1], t[j0:j1], out[i0:i1, j0:j1],
+                         alpha=alpha, beta=beta,
+                         C0=None if C0 is None else C0[i0:i1, j0:j1])
+    del buf, v, RA, RB, C
+    return out
+
+
+def ozaki2_2d(A, B, plan):
+    """Ozaki scheme II product of 2-D finite float64 device operands (CuPy result)."""
+    A = cupy.asarray(A, dtype=np.float64)
+    B = cupy.asarray(B, dtype=np.float64)
+    out = cupy.empty((A.shape[0], B.shape[1]), dtype=np.float64)
+    return product_into(A, B, plan, out)
+
+
+def matmul_2d(A, B, plan):
+    """Product of 2-D finite float64 operands with ``plan`` (either scheme), on device.
+
+    ``phase22`` has no GPU kernels yet: it runs the CPU reference on host copies.
+    """
+    if plan.scheme == "phase22":
+        from ..reference import phase22
+
+        res = phase22.matmul_2d(cupy.asnumpy(A).astype(np.float64),
+                                cupy.asnumpy(B).astype(np.float64), plan)
+        return cupy.asarray(res)
+    return ozaki2_2d(A, B, plan)
