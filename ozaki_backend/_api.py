@@ -141,6 +141,8 @@ def _dispatch(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan_=None):
 
     a = np.asarray(a)
     b = np.asarray(b)
+    if type(out) is tuple and len(out) == 1:   # NumPy's ufunc form: out=(array,)
+        out = out[0]
     shapes = _matmul_shape(a.shape, b.shape)
     if shapes is None or not _routable_dtype(a, b):
         _stats.record("native", "operands NumPy would not compute in float64"

@@ -117,8 +117,14 @@ def _finish(fig, ax, title, sources, path):
 
 
 def plot_accuracy(docs, out):
-    pairs = records(docs, kind="accuracy", impl="ozaki_backend", scheme="ozaki2",
-                    mode="accurate", precision=None)
+    # One line per phi needs one shape: the cube m = n = k (the calibration file holds
+    # other k buckets, which are not drawn here).
+    def cube(r):
+        return r["m"] == r["n"] == r["k"]
+
+    pairs = [(d, r) for d, r in records(docs, kind="accuracy", impl="ozaki_backend",
+                                        scheme="ozaki2", mode="accurate", precision=None)
+             if cube(r)]
     if not pairs:
         return False
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
@@ -139,7 +145,8 @@ def plot_accuracy(docs, out):
             ax.plot(zx, [EXACT_FLOOR] * len(zx), "o", mfc="white", mec=c, ms=5)
         sources.add(src)
         native = [r["max_rel_err"] for d, r in records(docs, kind="accuracy", impl="numpy",
-                                                        phi=phi) if where(d) == src]
+                                                        phi=phi)
+                  if where(d) == src and cube(r)]
         if native:
             ax.axhline(native[0], color=c, ls=":", lw=1)
     ax.plot([], [], "k:", lw=1, label="NumPy float64 (same phi)")

@@ -15,9 +15,9 @@ holds an inexact part of ``X``.
    unique representative in ``[-M/2, M/2)``.
 3. ``RN(X 2^-e)`` for ``e = s_i + t_j``: the bits above the rounding position (53
    significant bits, or the 2^-1074 position when the result is subnormal) are
-   extracted exactly from the limbs, rounded to nearest even with guard and sticky
-   bits, and scaled by an exact ``ldexp`` (which overflows to ±inf exactly when the
-   rounded value does).
+   extracted exactly from the limbs (regrouped in 48-bit chunks), rounded to nearest
+   even with guard and sticky bits, and scaled by an exact ``ldexp`` (which overflows
+   to ±inf exactly when the rounded value does).
 """
 
 from __future__ import annotations
@@ -105,9 +105,10 @@ def reconstruct(c, moduli):
     return X
 
 
-def _bitlen(v):
-    """Bit length of non-negative int64 values below 2^53 (exact through frexp)."""
-    return np.frexp(v.astype(np.float64))[1].astype(np.int64)
+_W = 2 * LIMB                  # 48-bit chunks (two limbs): exact in int64 and float64
+_NCH = NLIMB // 2
+#: Elements per CRT block: the (8, block) int64 limb arrays stay cache-resident.
+BLOCK = 1 << 14
 
 
 def round_scaled(X, e):
@@ -115,42 +116,69 @@ def round_scaled(X, e):
 
     Round to nearest, ties to even, once: gradual underflow rounds at 2^-1074, and
     values beyond the float64 range become ±inf.
+
+    The magnitude is regrouped into four 48-bit chunks ``P_j`` (base 2^48, exact in
+    int64). With ``nb`` the bit length of ``|X|`` and ``r`` the lowest kept bit position
+    (53 significant bits, never below 2^-1074), ``Y = floor(|X| / 2^r) < 2^54`` lies in
+    at most three consecutive chunks, gathered per element; the guard bit ``r - 1`` is
+    in one chunk, and the sticky bit is its lower bits or any non-zero chunk below.
     """
-    neg = X[-1] < 0
-    A = normalize(np.where(neg, -X, X))                     # magnitude limbs
-    nb = np.zeros(A.shape[1], dtype=np.int64)               # bit length of |X|
-    for j in range(NLIMB):
-        nb = np.where(A[j] != 0, LIMB * j + _bitlen(A[j]), nb)
+    P = X[0::2] + (X[1::2] << LIMB)        # chunks in [0, 2^48) below a signed top
+    neg = P[-1] < 0
+    P = np.where(neg, -P, P)
+    for j in range(_NCH - 1):              # renormalise the magnitude, base 2^48
+        c = P[j] >> _W                     # arithmetic shift: floor division
+        P[j] -= c << _W
+        P[j + 1] += c
+    cnt = P.shape[1]
+    nz = P != 0
+    top = np.where(nz, np.arange(_NCH)[:, None], -1).max(axis=0)   # top chunk, or -1
+    ptop = np.take_along_axis(P, np.maximum(top, 0)[None, :], axis=0)[0]
+    # Bit length of |X| (frexp is exact on chunks below 2^48).
+    nb = np.where(top >= 0, _W * top + np.frexp(ptop.astype(np.float64))[1], 0)
     # Lowest kept bit position; r = 0 when |X| < 2^53 and X 2^-e is a multiple of
     # 2^-1074 (then Y is X itself and nothing is rounded).
     r = np.maximum(np.maximum(nb - 53, e - 1074), 0)
-    # Y = floor(|X| / 2^r) (< 2^54), guard = bit r-1, sticky = any bit below r-1.
-    Y = np.zeros_like(nb)
-    guard = np.zeros_like(nb)
-    sticky = np.zeros(nb.shape, dtype=bool)
-    for j in range(NLIMB):
-        sh = LIMB * j - r                                   # where limb j lands in Y
-        Y += np.where(sh >= 0, A[j] << np.clip(sh, 0, 62), A[j] >> np.clip(-sh, 0, 63))
-        g = -sh - 1                                         # guard bit's place in limb j
-        inside = (g >= 0) & (g < LIMB)
-        gc = np.clip(g, 0, LIMB - 1)
-        guard |= np.where(inside, (A[j] >> gc) & 1, 0)
-        sticky |= np.where(inside, (A[j] & ((1 << gc) - 1)) != 0, (g >= LIMB) & (A[j] != 0))
+    Pp = np.concatenate([P, np.zeros((3, cnt), dtype=np.int64)])   # reads past the top: 0
+    last = Pp.shape[0] - 1
+
+    def chunk(j):
+        return np.take_along_axis(Pp, np.minimum(j, last)[None, :], axis=0)[0]
+
+    j0, off = r // _W, r % _W
+    Y = chunk(j0) >> off
+    Y += chunk(j0 + 1) << (_W - off)       # shift 1..48; the bits land below 2^54
+    sh2 = 2 * _W - off                     # 49..96: only off > 42 can contribute
+    Y += np.where(sh2 < 63, chunk(j0 + 2) << np.minimum(sh2, 62), 0)
+    g = np.maximum(r - 1, 0)               # guard bit position
+    jg, og = g // _W, g % _W
+    cg = chunk(jg)
+    guard = np.where(r >= 1, (cg >> og) & 1, 0)
+    below = np.logical_or.accumulate(nz, axis=0)        # any non-zero chunk <= j
+    lower = np.take_along_axis(below, np.clip(jg - 1, 0, _NCH - 1)[None, :], axis=0)[0]
+    sticky = (r >= 1) & (((cg & ((np.int64(1) << og) - 1)) != 0) | ((jg >= 1) & lower))
     Y += guard & (sticky | (Y & 1))
-    Y = np.where(r > nb, 0, Y)                              # below half an ulp of 0
     with np.errstate(over="ignore"):
         out = np.ldexp(Y.astype(np.float64), np.clip(r - e, -2200, 2200))
     return np.where(neg, -out, out)
 
 
 def reconstruct_round(c, moduli, s, t):
-    """Spec §6 for one product: residues ``c (N, m, n)`` -> float64 ``(m, n)``."""
-    _, m, n = c.shape
+    """Spec §6 for one product: residues ``c (N, m, n)`` -> float64 ``(m, n)``.
+
+    Elements are independent, so they are processed in blocks of ``BLOCK`` (same
+    bits, several times faster than whole-matrix limb arrays).
+    """
+    N, m, n = c.shape
     if m == 0 or n == 0:
         return np.zeros((m, n))
-    X = reconstruct(c, moduli)
     e = (s[:, None] + t[None, :]).reshape(-1).astype(np.int64)
-    return round_scaled(X, e).reshape(m, n)
+    cf = c.reshape(N, m * n)
+    out = np.empty(m * n)
+    for b0 in range(0, m * n, BLOCK):
+        X = reconstruct(cf[:, b0:b0 + BLOCK], moduli)
+        out[b0:b0 + BLOCK] = round_scaled(X, e[b0:b0 + BLOCK])
+    return out.reshape(m, n)
 
 
 def apply_alpha_beta(C, alpha, beta, C0=None):

@@ -30,14 +30,26 @@ def modular_products(RA, RB, moduli):
     n = RB.shape[2]
     out = np.empty((N, m, n), dtype=np.int16)
     k = RA.shape[2]
+    # Rows per block of the epilogue (~256 KiB of float64), so that the conversion and
+    # floor_mod run in cache instead of streaming whole m x n temporaries.
+    rows = max(1, (1 << 15) // max(n, 1))
     for l, p in enumerate(moduli):
         C = None
         for k0 in range(0, k, FP32_KCHUNK):
             a = RA[l, :, k0:k0 + FP32_KCHUNK].astype(np.float32)
             b = RB[l, k0:k0 + FP32_KCHUNK, :].astype(np.float32)
-            part = (a @ b).astype(np.float64)
-            C = part if C is None else C + part
-        out[l] = floor_mod(C, p)
+            part = a @ b
+            if C is None:
+                C = part                         # float32 while there is one chunk
+            else:
+                if C.dtype != np.float64:
+                    C = C.astype(np.float64)
+                C += part
+        if C is None:                            # k = 0: the empty sum
+            out[l] = 0
+            continue
+        for r0 in range(0, m, rows):
+            out[l, r0:r0 + rows] = floor_mod(C[r0:r0 + rows].astype(np.float64, copy=False), p)
     return out
 
 
