@@ -1,4 +1,5 @@
-"""Shared pytest configuration: GPU tests skip cleanly where CuPy or a GPU is missing."""
+"""Shared pytest configuration: GPU tests skip cleanly where CuPy or a GPU is missing;
+the dispatch tests' clean-state fixtures."""
 
 import pytest
 
@@ -20,3 +21,29 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason=f"GPU test: {reason}")
     for it in gpu_items:
         it.add_marker(skip)
+
+
+def _clean_dispatch(check_hook):
+    import ozaki_backend as ob
+    from ozaki_backend.dispatch import config, loophook
+
+    ob.disable()
+    ob.reset_stats()
+    yield
+    ob.disable()
+    assert config._STATE.get() is None, "a scope leaked out of the test"
+    if check_hook:
+        assert loophook.state()[0] == 0, "the C hook still counts an active scope"
+
+
+@pytest.fixture
+def clean_dispatch():
+    """Routing off and stats zeroed around the test; afterwards no scope may be left
+    open, neither in the ContextVar nor in the C hook's count of active scopes."""
+    yield from _clean_dispatch(check_hook=True)
+
+
+@pytest.fixture
+def clean_dispatch_scopes():
+    """:func:`clean_dispatch` without the check of the C hook's count."""
+    yield from _clean_dispatch(check_hook=False)

@@ -13,21 +13,12 @@ import pytest
 
 import ozaki_backend as ob
 from ozaki_backend import _native
-from ozaki_backend.dispatch import config, loophook
+from ozaki_backend.dispatch import loophook
 
 CPU = dict(engine="cpu", min_size=0)
 rng = np.random.default_rng(11)
-pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix
-
-
-@pytest.fixture(autouse=True)
-def clean_state():
-    ob.disable()
-    ob.reset_stats()
-    yield
-    ob.disable()
-    assert config._STATE.get() is None
-    assert loophook.state()[0] == 0
+pytestmark = [pytest.mark.usefixtures("clean_dispatch"),
+              pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")]  # np.matrix
 
 
 def emu(a, b):

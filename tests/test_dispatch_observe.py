@@ -9,16 +9,7 @@ import ozaki_backend as ob
 from ozaki_backend.dispatch import config, env, loophook, routing
 
 rng = np.random.default_rng(2)
-
-
-@pytest.fixture(autouse=True)
-def clean_state():
-    ob.disable()
-    ob.reset_stats()
-    yield
-    ob.disable()
-    assert config._STATE.get() is None
-    assert loophook.state()[0] == 0
+pytestmark = pytest.mark.usefixtures("clean_dispatch")
 
 
 def M(*shape):

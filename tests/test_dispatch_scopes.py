@@ -13,16 +13,7 @@ from ozaki_backend import _native
 from ozaki_backend.dispatch import config, loophook
 
 CPU = dict(engine="cpu", min_size=0)
-
-
-@pytest.fixture(autouse=True)
-def clean_state():
-    ob.disable()
-    ob.reset_stats()
-    yield
-    ob.disable()
-    assert config._STATE.get() is None, "a scope leaked out of the test"
-    assert loophook.state()[0] == 0, "the C hook still counts an active scope"
+pytestmark = pytest.mark.usefixtures("clean_dispatch")
 
 
 @pytest.fixture(scope="module")

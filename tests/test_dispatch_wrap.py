@@ -4,18 +4,10 @@ import numpy as np
 import pytest
 
 import ozaki_backend as ob
-from ozaki_backend.dispatch import OzakiArray, config
+from ozaki_backend.dispatch import OzakiArray
 
 rng = np.random.default_rng(9)
-
-
-@pytest.fixture(autouse=True)
-def clean_state():
-    ob.disable()
-    ob.reset_stats()
-    yield
-    ob.disable()
-    assert config._STATE.get() is None
+pytestmark = pytest.mark.usefixtures("clean_dispatch_scopes")
 
 
 def M(*shape):

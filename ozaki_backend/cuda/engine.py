@@ -327,6 +327,12 @@ def matmul_cupy(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None)
         if not finite:
             return _native_cupy(a, b, out, alpha, beta, c, "non-finite operand")
         _stats.record("routed", "engine=cuda (CuPy operands)", seconds=tm.seconds)
+    return _deliver(res, out, shape, direct)
+
+
+def _deliver(res, out, shape, direct):
+    """The result in the caller's ``shape``: ``res`` itself, or ``out`` (filled from
+    ``res`` unless ``res`` already is a view of it)."""
     res = res.reshape(shape)
     if out is None:
         return res
@@ -363,12 +369,7 @@ def _host_fallback(a3, b3, p, res, out, shape, alpha, beta, c3, direct):
         host = host_ab(host, alpha, beta, None if c3 is None else cupy.asnumpy(c3))
     res[...] = cupy.asarray(host)
     _stats.record("routed", f"engine=cpu ({p.scheme}, CuPy operands via host)")
-    res = res.reshape(shape)
-    if out is None:
-        return res
-    if not direct:
-        out[...] = res
-    return out
+    return _deliver(res, out, shape, direct)
 
 
 __all__ = ["matmul_numpy", "matmul_cupy", "CudaEngineError"]

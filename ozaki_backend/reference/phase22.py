@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import phase22_tables as T
+from .scaling import row_exponents as _scaling_row_exponents
 
 #: Output tile of the seed's fused kernel: 128 rows of A x 64 columns of B.
 TILE_M = 128
@@ -54,20 +55,6 @@ K_MAX = 2 ** 29 - 1
 
 # --------------------------------------------------------------------------- scaling
 
-def _max_exponent(X, axis):
-    """Max frexp exponent over the non-zero entries along ``axis``; 0 where all zero."""
-    _, e = np.frexp(X)
-    lowest = np.iinfo(np.int32).min
-    e = np.where(X != 0, e, lowest).astype(np.int32)
-    if X.shape[axis] == 0:
-        shape = list(X.shape)
-        del shape[axis]
-        return np.zeros(shape, dtype=np.int32)
-    E = e.max(axis=axis)
-    E[E == lowest] = 0  # all-zero row / column (spec §2)
-    return E
-
-
 def row_exponents(A):
     """Row exponents ``E_i`` of A (``docs/spec.md`` §2).
 
@@ -81,7 +68,8 @@ def row_exponents(A):
         ``max_k frexp(A_ik)[1]`` over the non-zero entries of row ``i``; 0 for an
         all-zero row. Then ``|A_ik| < 2^E_i`` for every ``k``.
     """
-    return _max_exponent(np.asarray(A, dtype=np.float64), 1)
+    E, _ = _scaling_row_exponents(np.asarray(A, dtype=np.float64))
+    return E.astype(np.int32)
 
 
 def col_exponents(B):
@@ -95,7 +83,7 @@ def col_exponents(B):
     -------
     ndarray of int32, shape (n,)
     """
-    return _max_exponent(np.asarray(B, dtype=np.float64), 0)
+    return row_exponents(np.asarray(B, dtype=np.float64).T)
 
 
 def prescale(A, B):
