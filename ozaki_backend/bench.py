@@ -20,41 +20,17 @@ is an exact FP64 GEMM (integer sums below 2^53), and the 25 products are summed 
 double-double. Test matrices (GEMMul8's): ``phi < 0`` standard normal, else
 ``(U(0,1) - 0.5) exp(phi N(0,1))``, for ``phi`` in ``--phis``; timings use the first.
 
-JSON (``--json FILE``), schema ``ozaki_backend.bench/1``::
-
-    {
-      "schema": "ozaki_backend.bench/1",
-      "date": "2026-...Z", "device": "NVIDIA H200", "compute_capability": "90",
-      "cupy": "14.2.0", "cuda_runtime": 13000, "quick": false,
-      "phis": [-1.0, 0.5, 1.0],
-      "results": [
-        {
-          "shape": [m, k, n],                      # (m x k) @ (k x n)
-          "native": {"seconds": s, "tflops": x,
-                     "max_rel_err": {"-1.0": e, "0.5": e, "1.0": e}},
-          "emulated": [
-            {"label": "accurate-16 (fp64)",        # mode-N (how N was chosen)
-             "mode": "accurate", "moduli": 16, "rule": "...plan.rule...",
-             "seconds": s, "tflops": x, "speedup": x_over_native,
-             "max_rel_err": {"-1.0": e, ...},
-             "phases_s": {"scaling": s, "residues": s, "gemms": s, "crt": s},
-             "gemm_strategy": "loop"},
-            ...
-          ],
-          "gemm_strategies": {"batched": s, "loop": s,     # fp64 accurate plan; "loop" cuts
-                              "loop-unblocked": s,        # the columns in 8192 blocks,
-                              "loop-2d-blocks": s},       # 2d: the rows too
-          "gemm_strategies_bitwise_equal": true,          # every variant gave the same bits
-          "numpy_io": {"plan": "accurate-19",          # the default plan
-                       "api_s": s,                  # ozaki_backend.matmul(engine="cuda")
-                       "emulated_s": s,             # cuda.engine.matmul_numpy directly
-                       "upload_s": s, "compute_s": s, "download_s": s,  # its steps
-                       "host_isfinite_s": s,        # the API's host finiteness check
-                       "numpy_host_s": s or null,   # a @ b on the host CPU
-                       "cupy_roundtrip_s": s} or null   # asnumpy(asarray(a) @ asarray(b))
-        }, ...
-      ]
-    }
+JSON (``--json FILE``): the docs' benchmark format, schema ``ozaki_backend-bench/1``
+(``docs/data/README.md``): a ``machine`` object, ``date``, ``command``, the package
+version/commit, a ``bench`` object (run parameters) and flat ``records``: one
+``kind="time"`` record per timed product (native DGEMM as ``impl="cupy"``, each
+emulation plan as ``impl="ozaki_backend"`` with ``mode``, ``moduli``, ``precision``,
+``bits``, ``speedup``, ``phases_s``; ``io="host"`` records for the NumPy in/out
+comparison), one ``kind="accuracy"`` record per (product, phi) with
+``reference="double-double"``, and ``kind="gemm-issue"`` records for the GEMM issue
+strategies. ``--convert OLD NEW`` rewrites a file of the earlier format
+(``ozaki_backend.bench/1``, one nested object per shape) into this one; the table is
+printed from the same nested form either way.
 
 Times are medians of ``--reps`` runs after one warm-up (CUDA events for device work,
 wall clock for NumPy in/out); TFLOPS = 2 m n k / time.
@@ -65,6 +41,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
+import platform
+import shlex
+import subprocess
 import sys
 import time
 
@@ -94,7 +74,21 @@ def _parse(argv):
                     help="largest m*n timed with NumPy on the host CPU")
     ap.add_argument("--quick", action="store_true",
                     help="small sizes, fewer configurations (a smoke run)")
-    ap.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    ap.add_argument("--json", metavar="FILE",
+                    help="write the results as JSON (schema ozaki_backend-bench/1)")
+    ap.add_argument("--machine-name", default=None,
+                    help="short human name of the machine for the JSON file (goes on the "
+                         "docs' plots; default: '<GPU> (<host name>)')")
+    ap.add_argument("--convert", nargs=2, metavar=("OLD", "NEW"),
+                    help="no benchmark: rewrite OLD (schema ozaki_backend.bench/1) as NEW "
+                         "(schema ozaki_backend-bench/1) and print its table")
+    ap.add_argument("--machine", default="{}", metavar="JSON",
+                    help="with --convert: machine fields the old file lacks, as a JSON "
+                         "object (name, cpu, cpu_count, os, python, numpy, blas)")
+    ap.add_argument("--command", default=None,
+                    help="with --convert: the command line that produced OLD")
+    ap.add_argument("--commit", default=None,
+                    help="with --convert: the ozaki_backend commit OLD was measured at")
     args = ap.parse_args(argv)
     if args.quick:
         if args.sizes == ",".join(map(str, DEFAULT_SIZES)):
@@ -374,9 +368,163 @@ def _table(report):
     return "\n".join(lines)
 
 
+# ----------------------------------------------------------------------------- JSON
+
+SCHEMA = "ozaki_backend-bench/1"
+OLD_SCHEMA = "ozaki_backend.bench/1"
+
+
+def _commit():
+    """``git rev-parse --short HEAD`` of the checkout this package runs from (with
+    ``+uncommitted changes`` when its files differ), or None outside a git checkout."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--",
+                                "ozaki_backend", "kernels"], capture_output=True, text=True,
+                               check=True).stdout.strip()
+        return head + ("+uncommitted changes" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def _host_machine(cp, name):
+    """The ``machine`` object of docs/data/README.md for this process's host and GPU."""
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    gpu = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    blas = None
+    try:
+        b = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        blas = f"{b.get('name')} {b.get('version')}"
+    except Exception:
+        pass
+    return {"name": name or f"{gpu} ({platform.node() or 'unknown host'})", "cpu": cpu,
+            "cpu_count": os.cpu_count(), "gpu": gpu,
+            "os": f"{platform.system()} {platform.release()}",
+            "python": platform.python_version(), "numpy": np.__version__, "blas": blas,
+            "cupy": cp.__version__, "cuda_runtime": cp.cuda.runtime.runtimeGetVersion()}
+
+
+def to_records(report, *, reps=3, err_rows=32):
+    """The flat ``records`` of docs/data/README.md from the nested per-shape report."""
+    phis = report["phis"]
+    seed_of = lambda m, k, n: m * 31 + k * 7 + n  # noqa: E731  (see _bench_shape)
+    out = []
+    for r in report["results"]:
+        m, k, n = r["shape"]
+        shape = {"m": m, "n": n, "k": k}
+        flops = 2.0 * m * n * k
+
+        def acc(impl, errs, **extra):
+            for phi in phis:
+                out.append({"kind": "accuracy", "impl": impl, **shape, **extra,
+                            "phi": float(phi), "seed": seed_of(m, k, n), "rng": "cupy",
+                            "reference": "double-double", "rows": min(m, err_rows),
+                            "max_rel_err": errs[str(phi)]})
+
+        nat = r["native"]
+        out.append({"kind": "time", "impl": "cupy", **shape, "seconds": nat["seconds"],
+                    "repeats": reps, "io": "device", "tflops": nat["tflops"]})
+        acc("cupy", nat["max_rel_err"])
+        for e in r["emulated"]:
+            label = e["label"]
+            how = {"precision": "fp64" if label.endswith("(fp64)") else None,
+                   "bits": 34 if label.endswith("(bits=34)") else None}
+            ident = {"engine": "cuda", "scheme": "ozaki2", "mode": e["mode"],
+                     "moduli": e["moduli"], **how}
+            out.append({"kind": "time", "impl": "ozaki_backend", **shape, **ident,
+                        "seconds": e["seconds"], "repeats": reps, "io": "device",
+                        "tflops": e["tflops"], "speedup": e["speedup"], "label": label,
+                        "phases_s": e["phases_s"], "gemm_strategy": e.get("gemm_strategy"),
+                        "rule": e.get("rule")})
+            acc("ozaki_backend", e["max_rel_err"], **ident, label=label)
+        fp64 = next((e for e in r["emulated"]
+                     if e["mode"] == "accurate" and e["label"].endswith("(fp64)")), None)
+        for strategy, t in (r.get("gemm_strategies") or {}).items():
+            out.append({"kind": "gemm-issue", "impl": "ozaki_backend", **shape,
+                        "engine": "cuda", "scheme": "ozaki2", "mode": "accurate",
+                        "moduli": fp64["moduli"] if fp64 else None, "precision": "fp64",
+                        "strategy": strategy, "seconds": t, "repeats": max(1, reps - 1),
+                        "io": "device", "tflops": flops / t / 1e12,
+                        "bitwise_equal": r.get("gemm_strategies_bitwise_equal")})
+        io = r.get("numpy_io")
+        if io:
+            mode, moduli = io["plan"].split("-")
+            out.append({"kind": "time", "impl": "ozaki_backend", **shape, "engine": "cuda",
+                        "scheme": "ozaki2", "mode": mode, "moduli": int(moduli),
+                        "precision": "fp64", "bits": None, "seconds": io["api_s"],
+                        "repeats": reps, "io": "host", "tflops": flops / io["api_s"] / 1e12,
+                        "steps_s": {"engine": io["emulated_s"], **{s: io[f"{s}_s"] for s in (
+                            "upload", "compute", "download", "host_isfinite")}}})
+            out.append({"kind": "time", "impl": "cupy", **shape,
+                        "seconds": io["cupy_roundtrip_s"], "repeats": reps, "io": "host",
+                        "tflops": flops / io["cupy_roundtrip_s"] / 1e12})
+            if io.get("numpy_host_s") is not None:
+                out.append({"kind": "time", "impl": "numpy", **shape,
+                            "seconds": io["numpy_host_s"], "repeats": 1, "io": "host",
+                            "tflops": flops / io["numpy_host_s"] / 1e12})
+    return out
+
+
+def to_document(report, machine, command, *, reps=3, err_rows=32, commit=None):
+    """The whole ``ozaki_backend-bench/1`` file for a nested report."""
+    from . import __version__
+
+    return {
+        "schema": SCHEMA, "machine": machine, "date": report["date"][:10],
+        "command": command,
+        "ozaki_backend": {"version": __version__, "commit": commit},
+        "bench": {"started": report["date"], "compute_capability":
+                  report["compute_capability"], "quick": report["quick"],
+                  "phis": report["phis"], "reps": reps, "err_rows": err_rows},
+        "records": to_records(report, reps=reps, err_rows=err_rows),
+    }
+
+
+def convert(old_path, new_path, machine=None, command=None, commit=None):
+    """Rewrite a file of the earlier format (``ozaki_backend.bench/1``) in the docs'
+    format; returns the nested report (for the table). The old format did not record
+    the run parameters: the defaults (``--reps 3 --err-rows 32``) are assumed, and the
+    host fields it lacks come from ``machine``."""
+    with open(old_path) as f:
+        report = json.load(f)
+    if report.get("schema") != OLD_SCHEMA:
+        raise SystemExit(f"{old_path}: schema {report.get('schema')!r} is not {OLD_SCHEMA!r}")
+    mach = {"name": f"{report['device']} host", "cpu": None, "cpu_count": None,
+            "gpu": report["device"], "os": None, "python": None, "numpy": None,
+            "blas": None, "cupy": report["cupy"], "cuda_runtime": report["cuda_runtime"]}
+    mach.update(machine or {})
+    doc = to_document(report, mach, command or "python -m ozaki_backend bench --json FILE",
+                      commit=commit)
+    doc["converted_from"] = {"schema": OLD_SCHEMA, "by": "python -m ozaki_backend.bench "
+                             "--convert OLD NEW (defaults assumed: --reps 3 --err-rows 32)"}
+    _write(new_path, doc)
+    return report
+
+
+def _write(path, doc):
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+
+
 def main(argv=None) -> int:
     """Run the benchmark; print the table last; optionally write JSON."""
-    args = _parse(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parse(argv)
+    if args.convert:
+        report = convert(*args.convert, machine=json.loads(args.machine),
+                         command=args.command, commit=args.commit)
+        print(f"wrote {args.convert[1]} (schema {SCHEMA})")
+        print(_table(report))
+        return 0
     from .cuda import availability
 
     ok, why = availability()
@@ -388,13 +536,16 @@ def main(argv=None) -> int:
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
     report = {
-        "schema": "ozaki_backend.bench/1",
+        "schema": OLD_SCHEMA,  # the nested in-memory form; the file is to_document's
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "device": name, "compute_capability": cp.cuda.Device().compute_capability,
         "cupy": cp.__version__, "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
         "quick": bool(args.quick), "phis": [float(x) for x in args.phis.split(",")],
         "results": [],
     }
+    machine = _host_machine(cp, args.machine_name) if args.json else None
+    command = "python -m ozaki_backend bench " + shlex.join(argv)
+    commit = _commit() if args.json else None
     shapes = [(n, n, n) for n in (int(x) for x in args.sizes.split(",") if x)]
     shapes += [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(";") if s]
 
@@ -406,8 +557,8 @@ def main(argv=None) -> int:
         report["results"].append(_bench_shape(cp, m, k, n, args, log))
         cp.get_default_memory_pool().free_all_blocks()
         if args.json:  # keep partial results if a later shape dies
-            with open(args.json, "w") as f:
-                json.dump(report, f, indent=1)
+            _write(args.json, to_document(report, machine, command, reps=args.reps,
+                                          err_rows=args.err_rows, commit=commit))
     print()
     print(_table(report))
     return 0

@@ -11,8 +11,14 @@ lands in docs/data/, e.g. the first GPU figures.
 Plots:
   accuracy_vs_moduli.png   max relative error vs moduli count, one line per phi
   cpu_time_vs_size.png     CPU engine and NumPy: seconds per product vs n
-  gpu_tflops_vs_size.png   GPU: TFLOPS (2n^3 / time) vs n, device-resident operands
-  end_to_end_vs_numpy.png  NumPy in -> NumPy out: seconds vs n, against NumPy itself
+  gpu_tflops_vs_size.png   GPU: TFLOPS (2n^3 / time) vs n, device-resident operands:
+                           native DGEMM and the emulation (precision="fp64", 16 and 15
+                           moduli, bits=34)
+  end_to_end_vs_numpy.png  NumPy in -> NumPy out: seconds vs n, ozaki_backend.matmul
+                           against NumPy on the host and a plain CuPy round trip
+
+A series measured in more than one file for the same GPU is drawn once, from the file
+with the emulation's own records (see ``_one_source``).
 """
 
 from __future__ import annotations
@@ -118,13 +124,15 @@ def _finish(fig, ax, title, sources, path):
 
 def plot_accuracy(docs, out):
     # One line per phi needs one shape: the cube m = n = k (the calibration file holds
-    # other k buckets, which are not drawn here).
+    # other k buckets, which are not drawn here), and one reference: the exact product
+    # (the GPU bench's sampled double-double errors are in its own table instead).
     def cube(r):
         return r["m"] == r["n"] == r["k"]
 
     pairs = [(d, r) for d, r in records(docs, kind="accuracy", impl="ozaki_backend",
-                                        scheme="ozaki2", mode="accurate", precision=None)
-             if cube(r)]
+                                        scheme="ozaki2", mode="accurate", precision=None,
+                                        reference="exact")
+             if cube(r) and not r.get("bits")]
     if not pairs:
         return False
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
@@ -189,52 +197,140 @@ GPU_LABELS = {
 }
 
 
+def _cube(r):
+    return r["m"] == r["n"] == r["k"]
+
+
+def _how(r):
+    """How an ozaki_backend record's moduli count was chosen, for labels."""
+    if r.get("precision") == "fp64":
+        return "precision=fp64"
+    if r.get("bits"):
+        return f"bits={r['bits']}"
+    return f"moduli={r['moduli']}"
+
+
 def _gpu_what(d, r):
     if r["impl"] == "ozaki_backend":
-        return f"ozaki_backend CUDA, {r.get('mode')}, precision=fp64"
+        return f"emulation, {r.get('mode')}, {_how(r)}"
     if r["impl"] == "numpy":
-        return f"NumPy on the host ({d['machine'].get('cpu_count')} cores)"
+        cores = d["machine"].get("cpu_count")
+        return "NumPy on the host CPU" + (f" ({cores} cores)" if cores else "")
     return GPU_LABELS.get(r["impl"], r["impl"])
+
+
+def _series_id(d, r):
+    """What a record measures, independent of the labels (which name the machine)."""
+    how = _how(r) if r["impl"] == "ozaki_backend" else None
+    return (r["impl"], r.get("io"), r.get("mode"), how, d["machine"].get("gpu"))
+
+
+def _one_source(pairs, out):
+    """Keep each series (same ``what`` label, same GPU) from one file only.
+
+    A series (same impl, io, mode and moduli choice, same GPU) measured in several files (native DGEMM, say, timed both by
+    ``scripts/measure.py gpu`` and by ``python -m ozaki_backend bench``) is drawn from
+    the file holding the most ozaki_backend records: the run whose baselines were timed
+    next to the emulation they are compared with. The others are dropped, with a note.
+    """
+    def weight(d):
+        return (sum(r["impl"] == "ozaki_backend" for r in d["records"]), d["date"])
+
+    best = {}
+    for d, r in pairs:
+        key = _series_id(d, r)
+        if key not in best or weight(d) > weight(best[key]):
+            best[key] = d
+    kept, dropped = [], set()
+    for d, r in pairs:
+        if best[_series_id(d, r)] is d:
+            kept.append((d, r))
+        else:
+            dropped.add((_gpu_what(d, r), where(d)))
+    for w, src in sorted(dropped):
+        print(f"  {os.path.basename(out)}: '{w}' [{src}] not drawn: the same series is "
+              "in the file with the emulation's records", file=sys.stderr)
+    return kept
+
+
+# The emulation configurations drawn on the GPU throughput plot: (mode, how) -> style.
+GPU_CONFIGS = {
+    ("fast", "precision=fp64"): ("o-", "C1"),
+    ("accurate", "precision=fp64"): ("o--", "C1"),
+    ("fast", "moduli=16"): ("s-", "C2"),
+    ("fast", "moduli=15"): ("^-", "C3"),
+    ("fast", "bits=34"): ("D-", "C4"),
+}
 
 
 def plot_gpu_tflops(docs, out):
     pairs = [(d, r) for d, r in records(docs, kind="time", io="device")
-             if d["machine"].get("gpu")]
-    if not pairs:
+             if d["machine"].get("gpu") and _cube(r)]
+    pairs = [(d, r) for d, r in pairs if r["impl"] != "ozaki_backend"
+             or (r.get("mode"), _how(r)) in GPU_CONFIGS]
+    pairs = _one_source(pairs, out)
+    emu = [(d, r) for d, r in pairs if r["impl"] == "ozaki_backend"]
+    if not emu:
         return False
-    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    fig, ax = plt.subplots(figsize=(8, 5))
     tflops = lambda r: r.get("tflops") or 2.0 * r["m"] * r["n"] * r["k"] / r["seconds"] / 1e12  # noqa: E731
-    sources = _draw(ax, pairs, "n", tflops, _gpu_what, ax.loglog)
-    # Derived, not measured: if the emulation cost nothing but its INT8 GEMMs, it would
-    # run at the INT8 rate divided by its number of GEMMs (N moduli + 1 bound GEMM).
-    int8 = sorted((r["n"], tflops(r)) for _, r in pairs if r["impl"] == "int8-gemm")
-    for n_moduli, style in ((15, "--"), (18, ":")):
-        if int8:
-            ax.loglog([n for n, _ in int8], [t / (n_moduli + 1) for _, t in int8], style,
-                      color="0.4", label=f"INT8 rate / {n_moduli + 1}: ceiling for "
-                                         f"{n_moduli} moduli, accurate (derived)")
-    ax.set_ylabel("TFLOPS (2n^3 / time); TOPS for INT8")
-    _size_axis(ax, pairs, "n (square n x n products, operands on the GPU)")
-    _finish(fig, ax, "GPU throughput vs size", sources, out)
+    sources = set()
+    native = _series([p for p in pairs if p[1]["impl"] == "cupy"], "n", tflops,
+                     lambda d, r: where(d))
+    for src, pts in native.items():
+        xs, ys = zip(*pts)
+        ax.plot(xs, ys, "k-", lw=2.2, marker="o", ms=4, label=GPU_LABELS["cupy"])
+        sources.add(src)
+    for (mode, how), (style, color) in GPU_CONFIGS.items():
+        sel = [(d, r) for d, r in emu if (r["mode"], _how(r)) == (mode, how)]
+        for src, pts in _series(sel, "n", tflops, lambda d, r: where(d)).items():
+            xs, ys = zip(*pts)
+            ax.plot(xs, ys, style, color=color, ms=4,
+                    label=f"emulation, {mode}, {how}{_moduli_note(sel)}")
+            sources.add(src)
+    # Derived, not measured: if the emulation cost nothing but its INT8 GEMMs (one per
+    # modulus in fast mode), 19 moduli would run at the INT8 rate / 19.
+    int8 = _series([p for p in pairs if p[1]["impl"] == "int8-gemm"], "n", tflops,
+                   lambda d, r: where(d))
+    xmin = min(r["n"] for _, r in emu)
+    for src, pts in int8.items():
+        pts = [(n, t) for n, t in pts if n >= xmin]
+        ax.plot([n for n, _ in pts], [t / 19 for _, t in pts], ":", color="0.45",
+                label="INT8 GEMM rate / 19: 19 moduli, fast, GEMMs only (derived)")
+        sources.add(src)
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("TFLOPS (2n^3 / time), higher is better")
+    xs = sorted({r["n"] for _, r in emu})
+    ax.set_xlabel("n (square n x n x n products, operands and result on the GPU)")
+    ax.set_xticks(xs, [str(x) for x in xs])
+    ax.minorticks_off()
+    gpus = sorted({d["machine"]["gpu"] for d, _ in emu})
+    _finish(fig, ax, f"Emulated vs native float64 GEMM, {', '.join(gpus)}", sources, out)
     return True
 
 
 def plot_end_to_end(docs, out):
     pairs = [(d, r) for d, r in records(docs, kind="time", io="host")
-             if d["machine"].get("gpu")]
-    if not pairs:
+             if d["machine"].get("gpu") and _cube(r)]
+    pairs = _one_source(pairs, out)
+    if not any(r["impl"] == "ozaki_backend" for _, r in pairs):
         return False
-    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    fig, ax = plt.subplots(figsize=(8, 5))
 
     def rename(w):
         if w.startswith("native DGEMM"):
-            return "NumPy -> GPU DGEMM -> NumPy (transfers included)"
-        return w + (", NumPy in/out" if w.startswith("ozaki_backend") else "")
+            return "CuPy round trip: asnumpy(asarray(a) @ asarray(b)), native DGEMM"
+        if w.startswith("emulation"):
+            return "ozaki_backend.matmul(a, b), NumPy in/out, " + w.split(", ", 1)[1]
+        return w
 
     sources = _draw(ax, pairs, "n", "seconds", _gpu_what, ax.loglog, rename)
-    ax.set_ylabel("seconds per product (median)")
-    _size_axis(ax, pairs, "n (square n x n products, NumPy operands in and out)")
-    _finish(fig, ax, "End to end against NumPy", sources, out)
+    ax.set_ylabel("seconds per product (median), lower is better")
+    _size_axis(ax, pairs, "n (square n x n products, NumPy operands in, NumPy result out)")
+    gpus = sorted({d["machine"]["gpu"] for d, _ in pairs})
+    _finish(fig, ax, f"End to end from NumPy, transfers included, {', '.join(gpus)}",
+            sources, out)
     return True
 
 
