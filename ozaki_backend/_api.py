@@ -132,6 +132,10 @@ def choose_engine(engine: str):
 
 
 def _dispatch(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan_=None):
+    if c is None and beta != 0:
+        # alpha*A@B + beta*C needs C: without it apply_alpha_beta would read
+        # np.asarray(None) (NaN) and return NaNs silently.
+        raise ValueError("beta != 0 needs c (the matrix that beta scales)")
     if _is_cupy(a) or _is_cupy(b):
         from .cuda.engine import matmul_cupy
 

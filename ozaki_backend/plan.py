@@ -13,6 +13,8 @@ import math
 from functools import lru_cache
 from importlib import resources
 
+import numpy as np
+
 from . import _options
 from .moduli import KSPLIT, MAX_MODULI, MIN_MODULI, MODULI, crt_constants
 
@@ -101,9 +103,14 @@ class Plan:
                  mode="accurate", scheme="ozaki2", engine="auto", residual=False):
         opts = _options.normalize(precision=precision, bits=bits, moduli=moduli, mode=mode,
                                   scheme=scheme, engine=engine, residual=residual)
+        dims = []
         for name, v in (("m", m), ("n", n), ("k", k)):
+            if isinstance(v, np.integer) and not isinstance(v, np.bool_):
+                v = int(v)  # e.g. taken from a NumPy shape computation
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name} must be a non-negative int; got {v!r}")
+            dims.append(v)
+        m, n, k = dims
         self.m, self.n, self.k = m, n, k
         self.scheme = opts["scheme"]
         self.mode = opts["mode"]

@@ -168,13 +168,15 @@ hooked_loop(char **args, npy_intp const *dimensions, npy_intp const *steps, void
         fegetexceptflag(&fpflags, FE_ALL_EXCEPT);
         handled = call_router(args, dimensions, steps, &interrupted);
         fesetexceptflag(&fpflags, FE_ALL_EXCEPT);
+        /* Back to NumPy's own GIL state before its GEMM runs, so that a declined
+         * large product does not stall every other Python thread. */
+        PyGILState_Release(st);
         if (!handled) {
             g_orig(args, dimensions, steps, data);
         }
         if (interrupted) {
-            PyErr_SetInterrupt();
+            PyErr_SetInterrupt();   /* async-signal-safe: needs no GIL */
         }
-        PyGILState_Release(st);
     }
 }
 

@@ -172,7 +172,8 @@ def _dot(cfg, args, kwargs):
     shape = a.shape[:-1] + (b.shape[1],)
     if out is not None and not _ok_out(out, shape):
         return _NOT
-    res = _routed(cfg, a.reshape(-1, k), b, "np.dot")
+    # Explicit row count: reshape(-1, 0) is ambiguous and raises for k == 0.
+    res = _routed(cfg, a.reshape(math.prod(a.shape[:-1]), k), b, "np.dot")
     if res is _NOT:
         return _NOT
     res = res.reshape(shape)
@@ -195,7 +196,8 @@ def _inner(cfg, args, kwargs):
     k = a.shape[-1]
     if b.shape[-1] != k:
         return _NOT
-    res = _routed(cfg, a.reshape(-1, k), b.reshape(-1, k).T, "np.inner")
+    res = _routed(cfg, a.reshape(math.prod(a.shape[:-1]), k),
+                  b.reshape(math.prod(b.shape[:-1]), k).T, "np.inner")
     if res is _NOT:
         return _NOT
     return np.ascontiguousarray(res.reshape(a.shape[:-1] + b.shape[:-1]))
