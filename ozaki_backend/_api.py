@@ -153,6 +153,10 @@ def _dispatch(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan_=None):
                       if shapes is not None else "shape rejected by NumPy")
         return _native_gemm(a, b, out, alpha, beta, c)
     shape, batch, sa2, sb2 = shapes
+    if beta != 0 and np.broadcast_shapes(np.shape(c), shape) != shape:
+        # c may broadcast to the result, never widen it.
+        raise ValueError(f"c of shape {np.shape(c)} does not broadcast to the product's "
+                         f"shape {shape}")
     if out is not None and not _valid_out(out, shape):
         return _native_gemm(a, b, out, alpha, beta, c)  # NumPy raises its own error
     a = a.astype(np.float64, copy=False)

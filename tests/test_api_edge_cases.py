@@ -67,3 +67,13 @@ def test_oracle_and_bound_are_never_routed():
         assert np.array_equal(testing.error_bound(a, b), bound)
     s = ob.stats()
     assert s["routed"] == 0 and s["routed_by_entry"] == {}
+
+
+def test_c_that_would_widen_the_result_is_rejected():
+    A, B = _ab()
+    p = ob.plan(6, 5, 7)
+    with pytest.raises(ValueError, match="does not broadcast"):
+        p.matmul(A, B, beta=1.0, c=np.ones((3, 6, 5)), engine="cpu")
+    row = np.arange(5.0)                  # broadcasts along rows: allowed
+    got = p.matmul(A, B, beta=2.0, c=row, engine="cpu")
+    np.testing.assert_array_equal(got, ob.matmul(A, B, engine="cpu") + 2.0 * row)
