@@ -179,7 +179,8 @@ def _time_device(cp, fn, reps):
     return float(np.median(ts))
 
 
-def _time_wall(fn, reps, sync=None):
+def median_wall_time(fn, reps, sync=None):
+    """Median wall time of ``reps`` calls of ``fn`` after one warm-up (``sync`` waits)."""
     fn()
     if sync:
         sync()
@@ -296,11 +297,11 @@ def _numpy_io(cp, A, B, m, n, k, args, log):
 
     a_h, b_h = cp.asnumpy(A), cp.asnumpy(B)
     plan = Plan(m, n, k)
-    t_api = _time_wall(lambda: ozaki_backend.matmul(a_h, b_h, engine="cuda"), args.reps)
-    t_eng = _time_wall(lambda: engine.matmul_numpy(a_h, b_h, plan), args.reps)
-    t_rt = _time_wall(lambda: cp.asnumpy(cp.asarray(a_h) @ cp.asarray(b_h)), args.reps)
-    t_host = _time_wall(lambda: a_h @ b_h, 1) if m * n <= args.host_numpy_max else None
-    t_fin = _time_wall(lambda: bool(np.isfinite(a_h).all() and np.isfinite(b_h).all()), 1)
+    t_api = median_wall_time(lambda: ozaki_backend.matmul(a_h, b_h, engine="cuda"), args.reps)
+    t_eng = median_wall_time(lambda: engine.matmul_numpy(a_h, b_h, plan), args.reps)
+    t_rt = median_wall_time(lambda: cp.asnumpy(cp.asarray(a_h) @ cp.asarray(b_h)), args.reps)
+    t_host = median_wall_time(lambda: a_h @ b_h, 1) if m * n <= args.host_numpy_max else None
+    t_fin = median_wall_time(lambda: bool(np.isfinite(a_h).all() and np.isfinite(b_h).all()), 1)
     stream = engine._stream()
     steps = []
     for _ in range(2):  # the second run is the one reported (pinned buffers warm)
@@ -374,7 +375,7 @@ SCHEMA = "ozaki_backend-bench/1"
 OLD_SCHEMA = "ozaki_backend.bench/1"
 
 
-def _commit():
+def commit_id():
     """``git rev-parse --short HEAD`` of the checkout this package runs from (with
     ``+uncommitted changes`` when its files differ), or None outside a git checkout."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -389,10 +390,8 @@ def _commit():
         return None
 
 
-def _host_machine(cp, name):
-    """The ``machine`` object of docs/data/README.md for this process's host and GPU."""
-    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-    gpu = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+def machine_info(name, *, gpu=None, cupy=None, cuda_runtime=None):
+    """The ``machine`` object of docs/data/README.md for this host (and GPU, if any)."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -405,11 +404,22 @@ def _host_machine(cp, name):
         blas = f"{b.get('name')} {b.get('version')}"
     except Exception:
         pass
-    return {"name": name or f"{gpu} ({platform.node() or 'unknown host'})", "cpu": cpu,
-            "cpu_count": os.cpu_count(), "gpu": gpu,
-            "os": f"{platform.system()} {platform.release()}",
-            "python": platform.python_version(), "numpy": np.__version__, "blas": blas,
-            "cupy": cp.__version__, "cuda_runtime": cp.cuda.runtime.runtimeGetVersion()}
+    out = {"name": name, "cpu": cpu, "cpu_count": os.cpu_count(), "gpu": gpu,
+           "os": f"{platform.system()} {platform.release()}",
+           "python": platform.python_version(), "numpy": np.__version__, "blas": blas,
+           "cupy": cupy}
+    if cuda_runtime is not None:
+        out["cuda_runtime"] = cuda_runtime
+    return out
+
+
+def _host_machine(cp, name):
+    """:func:`machine_info` for this process's host and current GPU."""
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    gpu = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    return machine_info(name or f"{gpu} ({platform.node() or 'unknown host'})", gpu=gpu,
+                        cupy=cp.__version__,
+                        cuda_runtime=cp.cuda.runtime.runtimeGetVersion())
 
 
 def to_records(report, *, reps=3, err_rows=32):
@@ -545,7 +555,7 @@ def main(argv=None) -> int:
     }
     machine = _host_machine(cp, args.machine_name) if args.json else None
     command = "python -m ozaki_backend bench " + shlex.join(argv)
-    commit = _commit() if args.json else None
+    commit = commit_id() if args.json else None
     shapes = [(n, n, n) for n in (int(x) for x in args.sizes.split(",") if x)]
     shapes += [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(";") if s]
 

@@ -19,83 +19,28 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import platform
 import shlex
-import subprocess
 import sys
-import time
 
 import numpy as np
+
+from ozaki_backend.bench import commit_id, machine_info, median_wall_time
 
 SCHEMA = "ozaki_backend-bench/1"
 SEED = 20260101
 PHIS = (-1.0, 0.5, 1.0, 2.0, 4.0)
 
 
-def _median_time(fn, repeats, sync=None):
-    fn()
-    if sync:
-        sync()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        if sync:
-            sync()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
-
-
-def _cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _commit():
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain",
-                                "--", "ozaki_backend", "kernels"], capture_output=True,
-                               text=True, check=True).stdout.strip()
-        return head + ("+uncommitted changes" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
 def _header(name, gpu=None, cupy_version=None):
     import ozaki_backend
 
-    blas = None
-    try:
-        cfg = np.show_config(mode="dicts")
-        b = cfg["Build Dependencies"]["blas"]
-        blas = f"{b.get('name')} {b.get('version')}"
-    except Exception:
-        pass
     return {
         "schema": SCHEMA,
-        "machine": {
-            "name": name,
-            "cpu": _cpu_name(),
-            "cpu_count": os.cpu_count(),
-            "gpu": gpu,
-            "os": f"{platform.system()} {platform.release()}",
-            "python": platform.python_version(),
-            "numpy": np.__version__,
-            "blas": blas,
-            "cupy": cupy_version,
-        },
+        "machine": machine_info(name, gpu=gpu, cupy=cupy_version),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
         "command": "python " + shlex.join(sys.argv),
-        "ozaki_backend": {"version": ozaki_backend.__version__, "commit": _commit()},
+        "ozaki_backend": {"version": ozaki_backend.__version__, "commit": commit_id()},
         "records": [],
     }
 
@@ -115,17 +60,17 @@ def cmd_cpu(args):
     for n in args.sizes:
         a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))
         reps = max(3, min(args.repeats, int(2e9 // (n ** 3) + 1)))
-        t = _median_time(lambda: np.matmul(a, b), reps * 5)
+        t = median_wall_time(lambda: np.matmul(a, b), reps * 5)
         doc["records"].append(_time_record("numpy", n, t, reps * 5, "host"))
         for mode in ("accurate", "fast"):
             p = ozaki_backend.plan(n, n, n, mode=mode, engine="cpu")
-            t = _median_time(lambda: p.matmul(a, b), reps)
+            t = median_wall_time(lambda: p.matmul(a, b), reps)
             doc["records"].append(_time_record(
                 "ozaki_backend", n, t, reps, "host", engine="cpu", scheme="ozaki2",
                 mode=mode, moduli=p.n_moduli))
             print(f"n={n} {mode}: {t:.4f} s ({p.n_moduli} moduli)", flush=True)
         p = ozaki_backend.plan(n, n, n, scheme="phase22", engine="cpu")
-        t = _median_time(lambda: p.matmul(a, b), reps)
+        t = median_wall_time(lambda: p.matmul(a, b), reps)
         doc["records"].append(_time_record(
             "ozaki_backend", n, t, reps, "host", engine="cpu", scheme="phase22",
             mode=None, moduli=7))
@@ -186,28 +131,28 @@ def cmd_gpu(args):
     for n in args.sizes:
         a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))
         da, db = cp.asarray(a), cp.asarray(b)
-        t = _median_time(lambda: cp.matmul(da, db), args.repeats, sync)
+        t = median_wall_time(lambda: cp.matmul(da, db), args.repeats, sync)
         doc["records"].append(_time_record("cupy", n, t, args.repeats, "device"))
-        t = _median_time(lambda: cp.asnumpy(cp.matmul(cp.asarray(a), cp.asarray(b))),
+        t = median_wall_time(lambda: cp.asnumpy(cp.matmul(cp.asarray(a), cp.asarray(b))),
                          args.repeats, sync)
         doc["records"].append(_time_record("cupy", n, t, args.repeats, "host"))
         if n <= args.numpy_max:
-            t = _median_time(lambda: np.matmul(a, b), 3)
+            t = median_wall_time(lambda: np.matmul(a, b), 3)
             doc["records"].append(_time_record("numpy", n, t, 3, "host"))
         # One INT8 x INT8 -> INT32 GEMM (cuBLAS, TN): the unit the emulation is built of.
         a8 = cp.asarray(rng.integers(-128, 128, (n, n), dtype=np.int8))
         b8 = cp.asarray(rng.integers(-128, 128, (n, n), dtype=np.int8))
         c32 = cp.empty((n, n), dtype=np.int32)
-        t = _median_time(lambda: _int8_gemm(cp, a8, b8, c32), args.repeats, sync)
+        t = median_wall_time(lambda: _int8_gemm(cp, a8, b8, c32), args.repeats, sync)
         doc["records"].append(_time_record("int8-gemm", n, t, args.repeats, "device"))
         if have_engine:
             for mode in ("accurate", "fast"):
                 p = ozaki_backend.plan(n, n, n, mode=mode, engine="cuda")
-                t = _median_time(lambda: p.matmul(da, db), args.repeats, sync)
+                t = median_wall_time(lambda: p.matmul(da, db), args.repeats, sync)
                 doc["records"].append(_time_record(
                     "ozaki_backend", n, t, args.repeats, "device", engine="cuda",
                     scheme="ozaki2", mode=mode, moduli=p.n_moduli))
-                t = _median_time(lambda: p.matmul(a, b), args.repeats, sync)
+                t = median_wall_time(lambda: p.matmul(a, b), args.repeats, sync)
                 doc["records"].append(_time_record(
                     "ozaki_backend", n, t, args.repeats, "host", engine="cuda",
                     scheme="ozaki2", mode=mode, moduli=p.n_moduli))
