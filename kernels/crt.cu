@@ -83,17 +83,19 @@ __device__ __forceinline__ double oz_round_scaled(const u32 (&x)[OZ_L], bool neg
 // C: N planes of rows x ldc int32 (plane stride `plane` elements), each value congruent
 // to the product mod p_l with |value| <= 2^30 + 255. s (rows), t (cols): exponents.
 // ab_mode 0: out = C; 1: out = alpha*C; 2: out = alpha*C + beta*C0 (spec §7).
-extern "C" __global__ void __launch_bounds__(256)
-oz_crt(const int *__restrict__ C, i64 plane, i64 ldc, int rows, int cols,
-       const int *__restrict__ s, const int *__restrict__ t, double *__restrict__ out, i64 ors,
-       i64 ocs, int ab_mode, double alpha, double beta, const double *__restrict__ C0, i64 crs,
-       i64 ccs) {
+// T = int: raw int32 products from cuBLAS; T = unsigned char: residues in [0, p_l) from
+// the fused product kernel (kernels/modprod.cu), already reduced.
+template <typename T>
+__device__ __forceinline__ void oz_crt_body(
+    const T *__restrict__ C, i64 plane, i64 ldc, int rows, int cols, const int *__restrict__ s,
+    const int *__restrict__ t, double *__restrict__ out, i64 ors, i64 ocs, int ab_mode,
+    double alpha, double beta, const double *__restrict__ C0, i64 crs, i64 ccs) {
     // grid.x covers the columns (coalesced), grid.y strides over the rows: no division.
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= cols) return;
     int tj = t[j];
     for (int i = blockIdx.y; i < rows; i += gridDim.y) {
-        const int *cp = C + (i64)i * ldc + j;
+        const T *cp = C + (i64)i * ldc + j;
 
         // 1. Y' = M/2 + sum_l c_l w_l, with c_l = C_l mod p_l up to a multiple of p_l:
         //    u = C_l + p_l floor(2^31 / p_l) is a non-negative u32, then one folding step
@@ -107,8 +109,13 @@ oz_crt(const int *__restrict__ C, i64 plane, i64 ldc, int rows, int cols,
             constexpr u32 P = oz_modulus(l);
             constexpr u32 bias = (u32)((2147483648ull / P) * P);
             constexpr u32 c16 = (1u << 16) % P;
-            u32 u = (u32)cp[(i64)l * plane] + bias;
-            u32 c = (u >> 16) * c16 + (u & 0xffffu);
+            u32 c;
+            if constexpr (sizeof(T) == 1) {
+                c = cp[(i64)l * plane];
+            } else {
+                u32 u = (u32)cp[(i64)l * plane] + bias;
+                c = (u >> 16) * c16 + (u & 0xffffu);
+            }
 #pragma unroll
             for (int v = 0; v < OZ_L; ++v) acc[v] += (u64)c * OZ_W[l][v];
         });
@@ -169,3 +176,15 @@ oz_crt(const int *__restrict__ C, i64 plane, i64 ldc, int rows, int cols,
         out[(i64)i * ors + (i64)j * ocs] = val;
     }
 }
+
+#define OZ_CRT_ENTRY(NAME, T)                                                                  \
+    extern "C" __global__ void __launch_bounds__(256)                                          \
+        NAME(const T *__restrict__ C, i64 plane, i64 ldc, int rows, int cols,                  \
+             const int *__restrict__ s, const int *__restrict__ t, double *__restrict__ out,   \
+             i64 ors, i64 ocs, int ab_mode, double alpha, double beta,                         \
+             const double *__restrict__ C0, i64 crs, i64 ccs) {                                \
+        oz_crt_body<T>(C, plane, ldc, rows, cols, s, t, out, ors, ocs, ab_mode, alpha, beta,   \
+                       C0, crs, ccs);                                                          \
+    }
+OZ_CRT_ENTRY(oz_crt, int)
+OZ_CRT_ENTRY(oz_crt_u8, unsigned char)

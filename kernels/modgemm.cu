@@ -35,3 +35,26 @@ extern "C" __global__ void oz_reduce_products(const int *__restrict__ C, i64 pla
         ol[idx] = (short)(v < 0 ? v + p : v);
     }
 }
+
+// The cuBLAS backend of ozaki_backend/cuda/modprod.py, for any modulus p <= 256:
+// C <- C mod p in [0, p) in place (between k chunks), and the final bytes.
+extern "C" __global__ void oz_fold_mod(int *__restrict__ C, i64 ldc, int rows, int cols, u32 p) {
+    i64 total = (i64)rows * cols;
+    for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < total;
+         idx += (i64)gridDim.x * blockDim.x) {
+        int r = (int)(idx / cols), c = (int)(idx - (i64)r * cols);
+        int v = C[(i64)r * ldc + c] % (int)p;
+        C[(i64)r * ldc + c] = v < 0 ? v + (int)p : v;
+    }
+}
+
+extern "C" __global__ void oz_reduce_u8(const int *__restrict__ C, i64 ldc, int rows, int cols,
+                                        u32 p, unsigned char *__restrict__ out, i64 ldo) {
+    i64 total = (i64)rows * cols;
+    for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < total;
+         idx += (i64)gridDim.x * blockDim.x) {
+        int r = (int)(idx / cols), c = (int)(idx - (i64)r * cols);
+        int v = C[(i64)r * ldc + c] % (int)p;
+        out[(i64)r * ldo + c] = (unsigned char)(v < 0 ? v + (int)p : v);
+    }
+}

@@ -12,13 +12,17 @@
 // column range, so long rows spread over many blocks; atomics combine them.
 #define OZ_KR 256
 
-template <int KIND>
+template <int KIND, bool STATS = false>
 __device__ __forceinline__ void oz_row_reduce(const double *__restrict__ X, i64 rs, i64 cs,
                                               int rows, int cols, int rows_fast,
                                               const int *__restrict__ E, int D,
                                               int *__restrict__ Emax,
-                                              u64 *__restrict__ S) {
-    // KIND 0: Emax[r] = max frexp exponent of the non-zero entries (atomicMax);
+                                              u64 *__restrict__ S,
+                                              i64 *__restrict__ Esum = nullptr,
+                                              int *__restrict__ Ecnt = nullptr) {
+    // KIND 0: Emax[r] = max frexp exponent of the non-zero entries (atomicMax); with
+    //         STATS also Esum[r] += their sum and Ecnt[r] += their count (the exponent
+    //         spread, docs/spec.md section 1: exact integers, any order);
     // KIND 1: S[r] += sum of alpha^2 with alpha = ceil(|x| 2^(D - E[r])) (fast mode).
     int k0 = blockIdx.y * OZ_KR;
     int k1 = min(cols, k0 + OZ_KR);
@@ -35,6 +39,8 @@ __device__ __forceinline__ void oz_row_reduce(const double *__restrict__ X, i64 
     bool live = row < rows;
     int emax = OZ_INT_MIN;
     u64 ssum = 0;
+    i64 esum = 0;
+    int ecnt = 0;
     int Er = 0;
     if (KIND == 1 && live) Er = E[row];
     if (live) {
@@ -43,7 +49,12 @@ __device__ __forceinline__ void oz_row_reduce(const double *__restrict__ X, i64 
             double x = xr[(i64)k * cs];
             if (x == 0.0) continue;
             if (KIND == 0) {
-                emax = max(emax, oz_frexp_exp(x));
+                int e = oz_frexp_exp(x);
+                emax = max(emax, e);
+                if (STATS) {
+                    esum += e;
+                    ++ecnt;
+                }
             } else {
                 // alpha = max(1, ceil(|x| 2^(D-E))) exactly: |x| = mant 2^ex, so
                 // alpha = ceil(mant 2^sh) with sh = ex + D - E; |x| < 2^E keeps it <= 2^D.
@@ -65,14 +76,45 @@ __device__ __forceinline__ void oz_row_reduce(const double *__restrict__ X, i64 
     if (!rows_fast) {
         // One warp per row: reduce over the lanes, one atomic per warp.
         for (int off = 16; off > 0; off >>= 1) {
-            if (KIND == 0) emax = max(emax, __shfl_xor_sync(0xffffffffu, emax, off));
-            else ssum += __shfl_xor_sync(0xffffffffu, ssum, off);
+            if (KIND == 0) {
+                emax = max(emax, __shfl_xor_sync(0xffffffffu, emax, off));
+                if (STATS) {
+                    esum += __shfl_xor_sync(0xffffffffu, esum, off);
+                    ecnt += __shfl_xor_sync(0xffffffffu, ecnt, off);
+                }
+            } else {
+                ssum += __shfl_xor_sync(0xffffffffu, ssum, off);
+            }
         }
         if (threadIdx.x != 0) return;
+    } else if constexpr (STATS) {
+        // rows_fast: the 8 warps (threadIdx.y) hold partial results of the same 32 rows;
+        // combine them in shared memory so that one thread per row issues the atomics.
+        // (rows_fast is uniform over the block and no thread has returned yet.)
+        __shared__ int sh_max[8][32];
+        __shared__ i64 sh_sum[8][32];
+        __shared__ int sh_cnt[8][32];
+        sh_max[threadIdx.y][threadIdx.x] = emax;
+        sh_sum[threadIdx.y][threadIdx.x] = esum;
+        sh_cnt[threadIdx.y][threadIdx.x] = ecnt;
+        __syncthreads();
+        if (threadIdx.y != 0) return;
+        for (int y = 1; y < 8; ++y) {
+            emax = max(emax, sh_max[y][threadIdx.x]);
+            esum += sh_sum[y][threadIdx.x];
+            ecnt += sh_cnt[y][threadIdx.x];
+        }
     }
     if (!live) return;
     if (KIND == 0) {
-        if (emax != OZ_INT_MIN) atomicMax(Emax + row, emax);
+        if (emax != OZ_INT_MIN) {
+            atomicMax(Emax + row, emax);
+            if (STATS) {
+                // Two's complement: adding the i64 bit pattern as u64 is exact.
+                atomicAdd(reinterpret_cast<u64 *>(Esum + row), (u64)esum);
+                atomicAdd(Ecnt + row, ecnt);
+            }
+        }
     } else {
         if (ssum) atomicAdd(S + row, ssum);
     }
@@ -83,6 +125,46 @@ oz_row_exponents(const double *__restrict__ X, i64 rs, i64 cs, int rows, int col
                  int rows_fast, int *__restrict__ Emax) {
     // Emax must hold OZ_INT_MIN on entry (meaning "no non-zero entry yet").
     oz_row_reduce<0>(X, rs, cs, rows, cols, rows_fast, nullptr, 0, Emax, nullptr);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+oz_row_exponent_stats(const double *__restrict__ X, i64 rs, i64 cs, int rows, int cols,
+                      int rows_fast, int *__restrict__ Emax, i64 *__restrict__ Esum,
+                      int *__restrict__ Ecnt) {
+    // The same pass as oz_row_exponents, also summing and counting the exponents of the
+    // non-zero entries. Emax must hold OZ_INT_MIN, Esum and Ecnt zero on entry.
+    oz_row_reduce<0, true>(X, rs, cs, rows, cols, rows_fast, nullptr, 0, Emax, nullptr, Esum,
+                           Ecnt);
+}
+
+// Exponent spread (docs/spec.md section 1) of the rows of one operand, folded into
+// out[0] = max over rows of Emax (above 1024: an Inf/NaN entry) and
+// out[1] = max over rows with a non-zero entry of Emax - floor(Esum / Ecnt).
+// out must hold {OZ_INT_MIN, 0} before the first operand; run once for A's rows and
+// once for B's columns (rows of B^T), before the finalize kernels rewrite Emax.
+extern "C" __global__ void __launch_bounds__(256)
+oz_spread(const int *__restrict__ Emax, const i64 *__restrict__ Esum,
+          const int *__restrict__ Ecnt, int rows, int *__restrict__ out) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    int e = OZ_INT_MIN, d = 0;
+    if (r < rows) {
+        e = Emax[r];
+        int c = Ecnt[r];
+        if (e != OZ_INT_MIN && c > 0) {
+            i64 s = Esum[r];
+            i64 q = s / c;                      // C++ truncates toward zero:
+            if (s % c != 0 && s < 0) q -= 1;    // floor division
+            d = (int)((i64)e - q);
+        }
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        e = max(e, __shfl_xor_sync(0xffffffffu, e, off));
+        d = max(d, __shfl_xor_sync(0xffffffffu, d, off));
+    }
+    if ((threadIdx.x & 31) == 0) {
+        if (e != OZ_INT_MIN) atomicMax(out, e);
+        if (d > 0) atomicMax(out + 1, d);
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(256)

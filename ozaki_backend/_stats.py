@@ -14,6 +14,8 @@ _lock = threading.Lock()
 _counts: Counter = Counter()      # (outcome, reason) -> calls
 _bytes: Counter = Counter()       # direction -> bytes moved host<->device
 _seconds: Counter = Counter()     # outcome -> seconds spent
+_moduli: Counter = Counter()      # moduli count -> 2-D Ozaki-II products computed with it
+_last = threading.local()         # this thread's last moduli count
 
 
 def record(outcome: str, reason: str, *, seconds: float = 0.0, **bytes_moved) -> None:
@@ -25,10 +27,25 @@ def record(outcome: str, reason: str, *, seconds: float = 0.0, **bytes_moved) ->
             _bytes[k] += int(v)
 
 
-def snapshot() -> dict:
-    """A copy of the counters: ``{"counts": {...}, "bytes": {...}, "seconds": {...}}``."""
+def record_moduli(n_moduli: int) -> None:
+    """Count one 2-D Ozaki-II product computed with ``n_moduli`` moduli (either engine;
+    for ``precision="fp64"`` the count chosen for its operands)."""
     with _lock:
-        return {"counts": dict(_counts), "bytes": dict(_bytes), "seconds": dict(_seconds)}
+        _moduli[int(n_moduli)] += 1
+    _last.n_moduli = int(n_moduli)
+
+
+def last_moduli():
+    """The moduli count of this thread's most recent 2-D Ozaki-II product, or None."""
+    return getattr(_last, "n_moduli", None)
+
+
+def snapshot() -> dict:
+    """A copy of the counters: ``{"counts": {...}, "bytes": {...}, "seconds": {...},
+    "moduli": {...}}``."""
+    with _lock:
+        return {"counts": dict(_counts), "bytes": dict(_bytes), "seconds": dict(_seconds),
+                "moduli": dict(sorted(_moduli.items()))}
 
 
 def reset() -> None:
@@ -36,6 +53,8 @@ def reset() -> None:
         _counts.clear()
         _bytes.clear()
         _seconds.clear()
+        _moduli.clear()
+    _last.__dict__.pop("n_moduli", None)
 
 
 class timer:

@@ -72,6 +72,9 @@ def _parse(argv):
                     help="largest m*n for the NumPy in/out comparison (0: none)")
     ap.add_argument("--host-numpy-max", type=int, default=8192 * 8192,
                     help="largest m*n timed with NumPy on the host CPU")
+    ap.add_argument("--phase22-sizes", default="2048,8192",
+                    help="n for the seed-scheme comparison with 28 bare INT8 GEMMs "
+                         "('' skips it)")
     ap.add_argument("--quick", action="store_true",
                     help="small sizes, fewer configurations (a smoke run)")
     ap.add_argument("--json", metavar="FILE",
@@ -165,6 +168,14 @@ def _max_rel_err(cp, C, ref):
     return float(cp.max(cp.where(nz, diff / cp.abs(cp.where(nz, hi, 1.0)), 0.0)))
 
 
+def median_device_time(fn, reps):
+    """Median seconds of ``reps`` calls of ``fn`` after one warm-up, by CUDA events on
+    the current stream (CuPy)."""
+    import cupy
+
+    return _time_device(cupy, fn, reps)
+
+
 def _time_device(cp, fn, reps):
     fn()
     cp.cuda.Device().synchronize()
@@ -202,8 +213,8 @@ def _configs(m, n, k, args):
     modes = [x for x in args.modes.split(",") if x]
     out = []
     for mode in modes:
-        p = Plan(m, n, k, mode=mode)
-        out.append((f"{mode}-{p.n_moduli} (fp64)", p))
+        p = Plan(m, n, k, mode=mode)   # adaptive: the label gets the count _bench_shape
+        out.append((f"{mode}-{{N}} (fp64)", p))   # measures on the timed operands
         p = Plan(m, n, k, bits=34, mode=mode)
         out.append((f"{mode}-{p.n_moduli} (bits=34)", p))
         for N in [int(x) for x in args.moduli.split(",") if x]:
@@ -238,36 +249,53 @@ def _bench_shape(cp, m, k, n, args, log):
 
     res["emulated"] = []
     for label, plan in _configs(m, n, k, args):
+        # precision="fp64" chooses the count per product: the timed operands' count
+        # names the config, and each phi's count is kept with its error.
+        label = label.replace("{N}", str(plan.moduli_for(A, B)))
         t = _time_device(cp, lambda: plan.matmul(A, B, out=C), args.reps)
-        errs = {}
+        errs, used = {}, {}
         for phi, (Ap, Bp) in data.items():
             Ce = plan.matmul(Ap, Bp)
             errs[str(phi)] = _max_rel_err(cp, Ce[rows], refs[phi])
+            used[str(phi)] = plan.moduli_for(Ap, Bp)
         ph = pipeline.Phases()
         pipeline.product_into(A, B, plan, C, phases=ph)
         phases = ph.totals()
         from .cuda.modgemm import gemm_strategy
+        from .cuda.tuning import choice as path_choice
 
+        path = path_choice(m, n, k, plan.moduli_for(A, B))
         res["emulated"].append({
-            "label": label, "mode": plan.mode, "moduli": plan.n_moduli, "rule": plan.rule,
+            "label": label, "mode": plan.mode, "moduli": plan.moduli_for(A, B),
+            "moduli_by_phi": used, "rule": plan.rule,
             "seconds": t, "tflops": flops / t / 1e12, "speedup": t_nat / t,
             "max_rel_err": errs, "phases_s": phases,
-            "gemm_strategy": gemm_strategy(m, n)})
+            "gemm_strategy": gemm_strategy(m, n), "gemm_path": path[0],
+            "gemm_path_reason": path[2]})
         log(f"  {label:24s} {t * 1e3:9.2f} ms  {flops / t / 1e12:6.1f} TFLOPS "
-            f"x{t_nat / t:4.2f}  err {max(errs.values()):.1e}  " + " ".join(
+            f"x{t_nat / t:4.2f}  err {max(errs.values()):.1e}  {path[0]:6s} " + " ".join(
                 f"{k_[:4]} {v * 1e3:.2f}" for k_, v in phases.items()))
 
     res["gemm_strategies"] = {}
     plan = Plan(m, n, k, mode="accurate")
     import os
 
+    # cuBLAS issue orders, then the fused kernel at both tile widths (all must agree).
     variants = [("batched", "batched", "", ""), ("loop", "loop", "", "")]
     if n > 8192 or m > 8192:
         variants += [("loop-unblocked", "loop", "0", "0"), ("loop-2d-blocks", "loop", "", "8192")]
+    from .cuda import modprod
+
+    if modprod.wgmma_available():
+        variants += [("fused-256", "wgmma:256", "", ""), ("fused-128", "wgmma:128", "", "")]
     reference = plan.matmul(A, B)
     res["gemm_strategies_bitwise_equal"] = True
     for name, strategy, cb, rb in variants:
-        os.environ["OZAKI_BACKEND_CUDA_GEMM"] = strategy
+        if strategy.startswith("wgmma"):
+            os.environ["OZAKI_BACKEND_CUDA_PATH"] = strategy
+        else:
+            os.environ["OZAKI_BACKEND_CUDA_PATH"] = "cublas"
+            os.environ["OZAKI_BACKEND_CUDA_GEMM"] = strategy
         os.environ["OZAKI_BACKEND_CUDA_COLBLOCK"] = cb
         os.environ["OZAKI_BACKEND_CUDA_ROWBLOCK"] = rb
         try:
@@ -276,8 +304,8 @@ def _bench_shape(cp, m, k, n, args, log):
             if not bool(cp.array_equal(C.view(cp.int64), reference.view(cp.int64))):
                 res["gemm_strategies_bitwise_equal"] = False
         finally:
-            for v in ("GEMM", "COLBLOCK", "ROWBLOCK"):
-                del os.environ[f"OZAKI_BACKEND_CUDA_{v}"]
+            for v in ("GEMM", "COLBLOCK", "ROWBLOCK", "PATH"):
+                os.environ.pop(f"OZAKI_BACKEND_CUDA_{v}", None)
     log("  GEMM strategies (fp64 accurate): " + ", ".join(
         f"{s} {v * 1e3:.2f} ms" for s, v in res["gemm_strategies"].items())
         + f"; bitwise equal: {res['gemm_strategies_bitwise_equal']}")
@@ -320,7 +348,8 @@ def _numpy_io(cp, A, B, m, n, k, args, log):
             engine.download(C, out, stream)
             t3 = time.perf_counter()
         steps = [t1 - t0, t2 - t1, t3 - t2]
-    io = {"plan": f"{plan.mode}-{plan.n_moduli}", "api_s": t_api, "emulated_s": t_eng,
+    io = {"plan": f"{plan.mode}-{plan.moduli_for(A, B)}", "api_s": t_api,
+          "emulated_s": t_eng,
           "numpy_host_s": t_host, "cupy_roundtrip_s": t_rt, "host_isfinite_s": t_fin,
           "upload_s": steps[0], "compute_s": steps[1], "download_s": steps[2]}
     log(f"  NumPy in/out ({io['plan']}): matmul() {t_api * 1e3:.1f} ms, engine "
@@ -495,6 +524,7 @@ def to_document(report, machine, command, *, reps=3, err_rows=32, commit=None):
                   report["compute_capability"], "quick": report["quick"],
                   "phis": report["phis"], "reps": reps, "err_rows": err_rows},
         "records": to_records(report, reps=reps, err_rows=err_rows),
+        "phase22": report.get("phase22") or [],
     }
 
 
@@ -562,6 +592,7 @@ def main(argv=None) -> int:
     def log(msg):
         print(msg, flush=True)
 
+    report["phase22"] = []
     for (m, k, n) in shapes:
         log(f"shape {m} x {k} x {n}")
         report["results"].append(_bench_shape(cp, m, k, n, args, log))
@@ -569,9 +600,55 @@ def main(argv=None) -> int:
         if args.json:  # keep partial results if a later shape dies
             _write(args.json, to_document(report, machine, command, reps=args.reps,
                                           err_rows=args.err_rows, commit=commit))
+    for n in (int(x) for x in args.phase22_sizes.split(",") if x):
+        log(f"phase22 n = {n}")
+        report["phase22"].append(_bench_phase22(cp, n, args, log))
+        cp.get_default_memory_pool().free_all_blocks()
+        if args.json:
+            _write(args.json, to_document(report, machine, command, reps=args.reps,
+                                          err_rows=args.err_rows, commit=commit))
     print()
     print(_table(report))
+    for r in report["phase22"]:
+        print(f"phase22 n={r['n']}: {r['seconds'] * 1e3:.2f} ms ({r['tflops']:.1f} TFLOPS), "
+              f"28 bare cuBLAS INT8 GEMMs {r['int8_28_seconds'] * 1e3:.2f} ms -> "
+              f"x{r['ratio_to_28_gemms']:.2f}; native DGEMM {r['native_seconds'] * 1e3:.2f} ms; "
+              f"max abs err U(-1,1) {r['max_abs_err']:.2e} (native {r['native_max_abs_err']:.2e})")
     return 0
+
+
+def _bench_phase22(cp, n, args, log):
+    """The seed scheme at n^3 on U(-1,1) against 28 bare cuBLAS INT8 GEMMs of its shape
+    (4 hi/lo passes x 7 primes, k in chunks of 4096: the same INT8 work) and native."""
+    from .cuda import modgemm
+    from .plan import Plan
+
+    rng = cp.random.default_rng(n)
+    A = rng.random((n, n)) * 2 - 1
+    B = rng.random((n, n)) * 2 - 1
+    plan = Plan(n, n, n, scheme="phase22")
+    t = _time_device(cp, lambda: plan.matmul(A, B), args.reps)
+    rows = cp.linspace(0, n - 1, min(n, args.err_rows)).astype(cp.int64)
+    hi, lo = _exact_rows(cp, A[rows], B)
+    C = plan.matmul(A, B)
+    err = float(cp.abs((C[rows] - hi) - lo).max())
+    Cn = A @ B
+    t_nat = _time_device(cp, lambda: cp.matmul(A, B, out=Cn), args.reps)
+    err_nat = float(cp.abs((Cn[rows] - hi) - lo).max())
+    R = rng.integers(0, 127, size=(2, n, n), dtype=np.int8)
+    C32 = cp.empty((n, n), dtype=cp.int32)
+    h = modgemm.handle()
+
+    def gemms():
+        for _ in range(28):
+            modgemm.gemm_tn(R[0].data.ptr, R[1].data.ptr, C32.data.ptr, n, n, n, n, n, n, h=h)
+
+    t28 = _time_device(cp, gemms, args.reps)
+    log(f"  phase22 {t * 1e3:.2f} ms, 28 INT8 GEMMs {t28 * 1e3:.2f} ms (x{t / t28:.2f}), "
+        f"native {t_nat * 1e3:.2f} ms, err {err:.2e} / native {err_nat:.2e}")
+    return {"n": n, "seconds": t, "tflops": 2.0 * n ** 3 / t / 1e12, "int8_28_seconds": t28,
+            "ratio_to_28_gemms": t / t28, "native_seconds": t_nat, "max_abs_err": err,
+            "native_max_abs_err": err_nat}
 
 
 if __name__ == "__main__":  # pragma: no cover

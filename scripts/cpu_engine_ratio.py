@@ -13,4 +13,4 @@ for mode in ("accurate", "fast"):
     r = sorted(x for x in ratios if x[0] == mode)
     rs = sorted(x[3] for x in r)
     print(mode, "median ratio %.1f" % rs[len(rs)//2], "emu %.3f s" % sorted(x[1] for x in r)[2], "numpy %.4f s" % sorted(x[2] for x in r)[2])
-print(ob.plan(1024, 1024, 1024).n_moduli, "moduli")
+print(ob.plan(1024, 1024, 1024).moduli_for(A, B), "moduli")

@@ -3,7 +3,14 @@
 # (bitwise against the CPU reference), run `python -m ozaki_backend bench`, log
 # everything under $OUT and print a short table last.
 #
-#   bash scripts/gpu-check.sh [--tests-only | --bench-only] [-k EXPR] [bench args ...]
+#   bash scripts/gpu-check.sh [--tests-only | --bench-only] [--tune] [--sanitize]
+#                             [--gemmul8] [-k EXPR] [bench args ...]
+#
+#   --tune      also measure the GEMM-path table (python -m ozaki_backend tune), written
+#               to $OUT/gemm_tuning.json (copy it to ozaki_backend/_data/ to ship it)
+#   --sanitize  also run scripts/sanitize.py under compute-sanitizer memcheck and racecheck
+#   --gemmul8   after our bench, GEMMul8's own benchmark in the same call
+#               (scripts/gemmul8-side-by-side.sh; carry .gemmul8 too)
 #
 # TEST_TIMEOUT / BENCH_TIMEOUT (seconds) bound each part; logs survive a timeout.
 # Needs: CuPy and pytest on the device; array-api-compat is installed from .whl/ if the
@@ -14,11 +21,14 @@ OUT=${OUT:-/tmp/ozaki-gpu-check}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
-run_tests=1 run_bench=1 kexpr=()
+run_tests=1 run_bench=1 run_tune=0 run_san=0 run_g8=0 kexpr=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests-only) run_bench=0; shift ;;
     --bench-only) run_tests=0; shift ;;
+    --tune) run_tune=1; shift ;;
+    --sanitize) run_san=1; shift ;;
+    --gemmul8) run_g8=1; shift ;;
     -k) kexpr=(-k "$2"); shift 2 ;;
     *) break ;;
   esac
@@ -50,17 +60,36 @@ fi
 rc_tests=0 rc_bench=0
 if [ $run_tests = 1 ]; then
   t0=$(date +%s)
+  # Every test marked gpu (the CUDA stages and end to end, the fused kernel, the seed
+  # scheme's GPU path, the data-adaptive moduli count).
   timeout "${TEST_TIMEOUT:-280}" python3 -m pytest -q -rfEs --durations=8 -p no:cacheprovider "${kexpr[@]}" \
-    tests/test_cuda_sources.py tests/test_cuda_stages.py tests/test_cuda_end_to_end.py \
-    >"$OUT/pytest.log" 2>&1
+    -m gpu tests >"$OUT/pytest.log" 2>&1
   rc_tests=$?
   echo "pytest: rc=$rc_tests in $(( $(date +%s) - t0 )) s" >>"$OUT/pytest.log"
+fi
+rc_tune=0 rc_san=0 rc_g8=0
+if [ $run_tune = 1 ]; then
+  timeout "${TUNE_TIMEOUT:-240}" python3 -m ozaki_backend tune --output "$OUT/gemm_tuning.json" \
+    >"$OUT/tune.log" 2>&1
+  rc_tune=$?
+fi
+if [ $run_san = 1 ]; then
+  OUT_DIR=/tmp/ozaki-kernels bash scripts/compile-kernels.sh 2 >"$OUT/kernels.log" 2>&1
+  for tool in memcheck racecheck; do
+    timeout "${SAN_TIMEOUT:-200}" compute-sanitizer --tool $tool --print-limit 20 \
+      python3 scripts/sanitize.py >"$OUT/sanitize-$tool.log" 2>&1 || rc_san=1
+  done
 fi
 if [ $run_bench = 1 ]; then
   timeout "${BENCH_TIMEOUT:-300}" \
     python3 -c "import sys; from ozaki_backend.bench import main; sys.exit(main(sys.argv[1:]))" \
     --json "$OUT/bench.json" "$@" >"$OUT/bench.log" 2>&1
   rc_bench=$?
+fi
+if [ $run_g8 = 1 ]; then
+  # GEMMUL8_ARGS: driver options, e.g. "--moduli 14-17 --reps 5"
+  bash scripts/gemmul8-side-by-side.sh ${GEMMUL8_ARGS:-} >"$OUT/gemmul8-table.log" 2>&1
+  rc_g8=$?
 fi
 
 # ---- short summary last
@@ -77,4 +106,15 @@ if [ $run_bench = 1 ]; then
     tail -n 40 "$OUT/bench.log"
   fi
 fi
-exit $(( rc_tests != 0 || rc_bench != 0 ))
+if [ $run_tune = 1 ]; then
+  echo "==== tune (rc=$rc_tune; tune.log, gemm_tuning.json)"; tail -n 12 "$OUT/tune.log"
+fi
+if [ $run_san = 1 ]; then
+  echo "==== compute-sanitizer (sanitize-*.log) and SASS of the fused kernel (kernels.log)"
+  grep -E "IGMMA|UTMALDG|Used|spill" "$OUT/kernels.log" | tail -n 12
+  for tool in memcheck racecheck; do tail -n 3 "$OUT/sanitize-$tool.log"; done
+fi
+if [ $run_g8 = 1 ]; then
+  echo "==== GEMMul8 side by side (rc=$rc_g8; gemmul8.log)"; tail -n 60 "$OUT/gemmul8-table.log"
+fi
+exit $(( rc_tests != 0 || rc_bench != 0 || rc_tune != 0 || rc_san != 0 || rc_g8 != 0 ))

@@ -67,8 +67,8 @@ def cmd_cpu(args):
             t = median_wall_time(lambda: p.matmul(a, b), reps)
             doc["records"].append(_time_record(
                 "ozaki_backend", n, t, reps, "host", engine="cpu", scheme="ozaki2",
-                mode=mode, moduli=p.n_moduli))
-            print(f"n={n} {mode}: {t:.4f} s ({p.n_moduli} moduli)", flush=True)
+                mode=mode, moduli=p.moduli_for(a, b)))
+            print(f"n={n} {mode}: {t:.4f} s ({p.moduli_for(a, b)} moduli)", flush=True)
         p = ozaki_backend.plan(n, n, n, scheme="phase22", engine="cpu")
         t = median_wall_time(lambda: p.matmul(a, b), reps)
         doc["records"].append(_time_record(
@@ -103,7 +103,7 @@ def cmd_accuracy(args):
                     precision=None)
             p = ozaki_backend.plan(n, n, n, mode=mode)
             add(p.matmul(a, b, engine="cpu"), impl="ozaki_backend", engine="cpu",
-                scheme="ozaki2", mode=mode, moduli=p.n_moduli, precision="fp64")
+                scheme="ozaki2", mode=mode, moduli=p.moduli_for(a, b), precision="fp64")
         for residual in (False, True):
             add(ozaki_backend.matmul(a, b, scheme="phase22", residual=residual, engine="cpu"),
                 impl="ozaki_backend", engine="cpu", scheme="phase22", mode=None, moduli=7,
@@ -151,11 +151,11 @@ def cmd_gpu(args):
                 t = median_wall_time(lambda: p.matmul(da, db), args.repeats, sync)
                 doc["records"].append(_time_record(
                     "ozaki_backend", n, t, args.repeats, "device", engine="cuda",
-                    scheme="ozaki2", mode=mode, moduli=p.n_moduli))
+                    scheme="ozaki2", mode=mode, moduli=p.moduli_for(da, db)))
                 t = median_wall_time(lambda: p.matmul(a, b), args.repeats, sync)
                 doc["records"].append(_time_record(
                     "ozaki_backend", n, t, args.repeats, "host", engine="cuda",
-                    scheme="ozaki2", mode=mode, moduli=p.n_moduli))
+                    scheme="ozaki2", mode=mode, moduli=p.moduli_for(da, db)))
         print(f"n={n} done", flush=True)
         da = db = a8 = b8 = c32 = None  # free the device memory before the next size
         cp.get_default_memory_pool().free_all_blocks()

@@ -267,7 +267,7 @@ def test_two_threads_concurrently():
     assert not errors, errors
 
 
-def test_phase22_falls_back_to_reference():
+def test_phase22_on_the_gpu_matches_reference():
     from ozaki_backend.reference import phase22
 
     rng = np.random.default_rng(13)

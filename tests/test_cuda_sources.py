@@ -14,7 +14,7 @@ from ozaki_backend.moduli import MAX_MODULI, MIN_MODULI, MODULI, crt_constants
 from ozaki_backend.cuda import _prelude
 from ozaki_backend.cuda.loader import read_source
 
-KERNELS = ("scaling.cu", "residues.cu", "modgemm.cu", "crt.cu")
+KERNELS = ("scaling.cu", "residues.cu", "modgemm.cu", "crt.cu", "modprod.cu", "phase22.cu")
 
 
 def test_kernels_ship_as_package():

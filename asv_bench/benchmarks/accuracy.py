@@ -99,11 +99,15 @@ class TrackAccuracyPhase22:
 
 
 class TrackModuliChoice:
-    """How many moduli ``precision="fp64"`` picks for a reduction length k."""
+    """How many moduli ``precision="fp64"`` picks for a reduction length k: the count for
+    operands of exponent spread 4 (standard normal data) and the most it may pick."""
 
     params = ([128, 1024, 4096, 16384, 65536, 262144], ["accurate", "fast"])
     param_names = ["k", "mode"]
     unit = "moduli"
 
     def track_fp64_moduli(self, k, mode):
-        return ozaki_backend.plan(1024, 1024, k, mode=mode).n_moduli
+        return ozaki_backend.plan(1024, 1024, k, mode=mode).moduli_for_spread(4)
+
+    def track_fp64_moduli_most(self, k, mode):
+        return ozaki_backend.plan(1024, 1024, k, mode=mode).moduli_range[1]

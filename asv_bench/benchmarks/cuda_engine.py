@@ -94,7 +94,7 @@ class TimeCUDANative:
 
 
 class TimeCUDAPhase22:
-    """The seed scheme on the GPU (4 passes x 7 INT8 GEMMs)."""
+    """The seed scheme on the GPU (4 passes x 7 INT8 products per k chunk of 4096)."""
 
     params = [4096]
     param_names = ["n"]
@@ -110,4 +110,35 @@ class TimeCUDAPhase22:
 
     def time_matmul(self, n):
         ozaki_backend.matmul(self.a, self.b, scheme="phase22", engine="cuda")
+        self.cp.cuda.Device().synchronize()
+
+
+class TimeCUDAGemmPath:
+    """One product along each GEMM path: cuBLAS INT8 GEMMs into int32 planes, or the
+    fused Hopper kernel (products reduced mod p in registers, one byte out). Both give
+    the same bits; ``python -m ozaki_backend tune`` records which is faster per shape.
+    The fused path is skipped on GPUs other than Hopper."""
+
+    params = ([4096, 8192], ["cublas", "wgmma"])
+    param_names = ["n", "path"]
+    timeout = 600
+
+    def setup(self, n, path):
+        cp = require_gpu()
+        from ozaki_backend.cuda import modprod
+        from ozaki_backend.cuda.pipeline import product_into
+
+        if path == "wgmma" and not modprod.wgmma_available():
+            raise NotImplementedError(modprod.wgmma_unavailable_reason())
+        self.cp = cp
+        a, b = operands(n, n, n)
+        self.a, self.b = cp.asarray(a), cp.asarray(b)
+        self.out = cp.empty((n, n))
+        self.plan = ozaki_backend.plan(n, n, n, moduli=15, mode="fast")
+        self.run = lambda: product_into(self.a, self.b, self.plan, self.out, strategy=path)
+        self.run()
+        cp.cuda.Device().synchronize()
+
+    def time_product(self, n, path):
+        self.run()
         self.cp.cuda.Device().synchronize()

@@ -23,8 +23,9 @@ from . import loader
 from ._prelude import crt_prelude as prelude
 
 
-def _kernel(n_moduli: int):
-    return loader.get_function("crt.cu", "oz_crt", prelude=prelude(n_moduli))
+def _kernel(n_moduli: int, residues: bool = False):
+    name = "oz_crt_u8" if residues else "oz_crt"
+    return loader.get_function("crt.cu", name, prelude=prelude(n_moduli))
 
 
 def ab_mode(alpha, beta) -> int:
@@ -39,8 +40,9 @@ def crt_into(C, n_moduli, rows, cols, s, t, out, *, alpha=1.0, beta=0.0, C0=None
 
     Parameters
     ----------
-    C : cupy int32 (>= N, >= rows, ldc)
-        Products (congruent mod p_l, ``|value| <= 2^30 + 255``).
+    C : cupy int32 or uint8 (>= N, >= rows, ldc)
+        int32: products congruent mod p_l with ``|value| <= 2^30 + 255`` (cuBLAS);
+        uint8: the residues themselves, in ``[0, p_l)`` (the fused product kernel).
     s, t : cupy int32 (rows,), (cols,)
     out : cupy float64 (rows, cols) view, any strides
     C0 : cupy float64 (rows, cols) view or None (read only when ``beta != 0``)
@@ -53,7 +55,9 @@ def crt_into(C, n_moduli, rows, cols, s, t, out, *, alpha=1.0, beta=0.0, C0=None
         C0p, c0, c1 = None, 0, 0
     else:
         C0p, (c0, c1) = C0, C0.strides
-    _kernel(n_moduli)(
+    if C.dtype not in (np.int32, np.uint8):
+        raise TypeError(f"products must be int32 or uint8 planes, got {C.dtype}")
+    _kernel(n_moduli, C.dtype == np.uint8)(
         (-(-cols // 256), min(rows, 65535)), (256,),
         (C, np.int64(C.shape[1] * C.shape[2]), np.int64(C.shape[2]), np.int32(rows),
          np.int32(cols), s, t, out, np.int64(os0 // 8), np.int64(os1 // 8), np.int32(mode),

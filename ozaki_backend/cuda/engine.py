@@ -12,7 +12,7 @@
 
 Both run :func:`ozaki_backend.cuda.pipeline.product_into` per 2-D slice; any device
 failure surfaces as :class:`~ozaki_backend.cuda.errors.CudaEngineError`.
-``scheme="phase22"`` has no GPU kernels yet: it runs the CPU reference (``phase22``).
+``scheme="phase22"`` runs its own kernels (:mod:`ozaki_backend.cuda.phase22`).
 """
 
 from __future__ import annotations
@@ -226,13 +226,15 @@ def matmul_numpy(a3, b3, plan, *, phases=None, check_finite=False, out=None):
         out.fill(0.0)
         return out
     if plan.scheme == "phase22":
-        from ..reference.phase22 import matmul_2d
+        from . import phase22
 
         if check_finite and not (np.isfinite(a3).all() and np.isfinite(b3).all()):
             return None
-        for idx in np.ndindex(*batch):
-            out[idx] = matmul_2d(np.asarray(a3[idx], dtype=np.float64),
-                                 np.asarray(b3[idx], dtype=np.float64), plan)
+        with translating("CUDA engine (NumPy operands, phase22)"):
+            for idx in np.ndindex(*batch):
+                C = phase22.matmul_2d(cupy.asarray(a3[idx], dtype=np.float64),
+                                      cupy.asarray(b3[idx], dtype=np.float64), plan)
+                out[idx] = cupy.asnumpy(C)
         return out
     with translating("CUDA engine (NumPy operands)"):
         stream = _stream()
@@ -320,8 +322,22 @@ def matmul_cupy(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None)
         c3 = None
         if beta != 0.0:
             c3 = cupy.broadcast_to(cupy.asarray(c, dtype=np.float64), shape).reshape(full)
-        if p.scheme == "phase22" or opts.get("engine") == "cpu":
+        if opts.get("engine") == "cpu":
             return _host_fallback(a3, b3, p, res, out, shape, alpha, beta, c3, direct)
+        if p.scheme == "phase22":
+            if not bool(cupy.isfinite(a3).all() & cupy.isfinite(b3).all()):
+                return _native_cupy(a, b, out, alpha, beta, c, "non-finite operand")
+            from . import crt, phase22
+
+            with _stats.timer() as tm:
+                for idx in np.ndindex(*batch):
+                    r = phase22.matmul_2d(a3[idx], b3[idx], p)
+                    if alpha != 1.0 or beta != 0.0:
+                        r = crt.apply_alpha_beta(r, alpha, beta,
+                                                 None if c3 is None else c3[idx])
+                    res[idx] = r
+            _stats.record("routed", "engine=cuda (phase22, CuPy operands)", seconds=tm.seconds)
+            return _deliver(res, out, shape, direct)
         with _stats.timer() as tm:
             finite = _run_device(a3, b3, p, res, batch, alpha, beta, c3)
         if not finite:
@@ -356,8 +372,8 @@ def _run_device(a3, b3, p, res, batch, alpha, beta, c3) -> bool:
 
 
 def _host_fallback(a3, b3, p, res, out, shape, alpha, beta, c3, direct):
-    """``phase22`` (no GPU kernels yet) or ``engine="cpu"``: the CPU reference on host
-    copies, result back on the device."""
+    """``engine="cpu"`` with CuPy operands: the CPU reference on host copies, result back
+    on the device."""
     from ..reference.crt import apply_alpha_beta as host_ab
     from ..reference.pipeline import matmul_2d
 

@@ -111,18 +111,52 @@ def get_module(name: str, *, prelude: str = "", defines=()):
         return mod
 
 
-def get_function(name: str, function: str, *, prelude: str = "", defines=()):
+def _compile_for_arch(code: str, options, arch: str, name: str):
+    """A :class:`cupy.cuda.function.Module` compiled by NVRTC for an explicit target.
+
+    CuPy's own compiler path appends ``-arch=sm_XY`` from the compute capability and
+    cannot name an "a" target (``sm_90a``: wgmma, setmaxnreg), so these kernels go
+    through NVRTC directly. They are cached in memory only.
+    """
+    from cupy.cuda import function
+    from cupy_backends.cuda.libs import nvrtc
+
+    prog = nvrtc.createProgram(code, f"kernels/{name}", [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, list(options) + [f"--gpu-architecture={arch}",
+                                                        "--device-as-default-execution-space"])
+        except nvrtc.NVRTCError as exc:
+            raise CudaEngineError(f"NVRTC failed to compile kernels/{name} for {arch}:\n"
+                                  f"{nvrtc.getProgramLog(prog)}") from exc
+        cubin = nvrtc.getCUBIN(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+    mod = function.Module()
+    mod.load(cubin)
+    return mod
+
+
+def get_function(name: str, function: str, *, prelude: str = "", defines=(), arch=None):
     """A kernel (``cupy.RawKernel``) of ``kernels/<name>`` (cached with its module).
 
     The fast path is one dictionary lookup (launch overhead matters: a product issues
     a few dozen launches), keyed by the device and the exact inputs of the source.
+    ``arch`` (e.g. ``"sm_90a"``) compiles for that target through NVRTC directly and
+    returns a :class:`cupy.cuda.function.Function` (same call signature).
     """
     import cupy
 
-    fkey = (cupy.cuda.runtime.getDevice(), name, prelude, tuple(defines), function)
+    fkey = (cupy.cuda.runtime.getDevice(), name, prelude, tuple(defines), function, arch)
     fn = _functions.get(fkey)
     if fn is None:
-        mod = get_module(name, prelude=prelude, defines=defines)
+        if arch is None:
+            mod = get_module(name, prelude=prelude, defines=defines)
+        else:
+            code = prelude + read_source(name)
+            options = OPTIONS + tuple(f"-D{d}" for d in defines)
+            with _lock:
+                mod = _compile_for_arch(code, options, arch, name)
         try:
             fn = mod.get_function(function)
         except Exception as exc:

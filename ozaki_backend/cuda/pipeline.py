@@ -22,7 +22,8 @@ from contextlib import contextmanager
 import cupy
 import numpy as np
 
-from . import crt, modgemm, residues, scaling
+from . import crt, modgemm, modprod, residues, scaling, tuning
+from ..moduli import MODULI
 from ._common import KPAD, LDC_PAD, Workspace, free_device_bytes, round_up
 from .errors import CudaEngineError
 from .scaling import BoundMatrix
@@ -67,25 +68,29 @@ def _nothing(_name):
     yield
 
 
-def _layouts(tm, tn, kpad, N, mode):
-    """Workspace layouts: (scaling, products); they are live one after the other."""
+def _layouts(tm, tn, kpad, N, mode, path="cublas"):
+    """Workspace layouts: (scaling, products); they are live one after the other.
+
+    The cuBLAS path keeps N int32 product planes; the fused path N residue bytes.
+    """
     prod = Workspace()
     prod.need("RA", (N, tm, kpad), np.int8)
     prod.need("RB", (N, tn, kpad), np.int8)
-    prod.need("C", (N, tm, round_up(tn, LDC_PAD)), np.int32)
+    dtype = np.uint8 if path == "wgmma" else np.int32
+    prod.need("C", (N, tm, round_up(tn, LDC_PAD)), dtype)
     bound = Workspace()
     if mode == "accurate":
         BoundMatrix.need(bound, tm, tn, kpad)
     return bound, prod
 
 
-def workspace_bytes(tm, tn, kpad, N, mode) -> int:
+def workspace_bytes(tm, tn, kpad, N, mode, path="cublas") -> int:
     """Device bytes one call needs for ``(tm, tn)`` tiles (both stages share them)."""
-    bound, prod = _layouts(tm, tn, kpad, N, mode)
+    bound, prod = _layouts(tm, tn, kpad, N, mode, path)
     return max(bound.nbytes, prod.nbytes)
 
 
-def choose_tiles(m, n, kpad, N, mode, free=None):
+def choose_tiles(m, n, kpad, N, mode, free=None, path="cublas"):
     """``(tm, tn)``: the whole product when it fits, else the largest halving that does."""
     override = TILE_OVERRIDE
     env = os.environ.get("OZAKI_BACKEND_CUDA_TILE", "")
@@ -97,11 +102,11 @@ def choose_tiles(m, n, kpad, N, mode, free=None):
         free = free_device_bytes()
     budget = int(free * MEMORY_FRACTION)
     tm, tn = max(m, 1), max(n, 1)
-    while workspace_bytes(tm, tn, kpad, N, mode) > budget:
+    while workspace_bytes(tm, tn, kpad, N, mode, path) > budget:
         if tm <= _MIN_TILE and tn <= _MIN_TILE:
             raise CudaEngineError(
                 f"device out of memory: the smallest tile ({tm} x {tn}, k = {kpad}) needs "
-                f"{workspace_bytes(tm, tn, kpad, N, mode)} bytes of workspace, "
+                f"{workspace_bytes(tm, tn, kpad, N, mode, path)} bytes of workspace, "
                 f"{budget} are available")
         if tm >= tn:
             tm = max(_MIN_TILE, round_up(-(-tm // 2), 64))
@@ -119,7 +124,8 @@ def product_into(A, B, plan, out, *, alpha=1.0, beta=0.0, C0=None, phases=None,
     A : cupy float64 (m, k), B : cupy float64 (k, n)
         Finite operands, any strides (transposed and strided views are read in place).
     plan : Plan
-        ``scheme="ozaki2"``; its moduli count and mode decide the bits.
+        ``scheme="ozaki2"``; its moduli count (for ``precision="fp64"``: its rule, applied
+        to the operands' exponent spread) and mode decide the bits.
     out : cupy float64 (m, n), any strides
         Every element is written.
     C0 : cupy float64 (m, n) or None
@@ -127,8 +133,9 @@ def product_into(A, B, plan, out, *, alpha=1.0, beta=0.0, C0=None, phases=None,
     phases : Phases or None
         Records per-phase CUDA events when given.
     check_finite : bool
-        Read (one synchronising 4-byte read) whether the scaling pass met Inf/NaN,
-        and if so return None without computing: the caller takes the native path.
+        Read (one synchronising read of a few bytes, shared with the moduli choice of
+        ``precision="fp64"``) whether the exponent pass met Inf/NaN, and if so return
+        None without computing: the caller takes the native path.
 
     Returns
     -------
@@ -144,10 +151,24 @@ def product_into(A, B, plan, out, *, alpha=1.0, beta=0.0, C0=None, phases=None,
         if alpha != 1.0 or beta != 0.0:
             out[...] = crt.apply_alpha_beta(out, alpha, beta, C0)
         return out
-    N = plan.n_moduli
+    # The moduli count: the plan's, or for precision="fp64" the table entry for the
+    # operands' exponent spread (one pass over A and B, one 8-byte read, which also
+    # tells whether an operand holds Inf/NaN); the row exponents are reused below.
+    with ph("scaling"):
+        N, exps = scaling.choose_moduli(A, B, plan, check_finite=check_finite)
+    if N is None:
+        return None
     kpad = round_up(k, KPAD)
-    tm, tn = choose_tiles(m, n, kpad, N, plan.mode)
-    bound, prod = _layouts(tm, tn, kpad, N, plan.mode)
+    if strategy in ("batched", "loop", "cublas"):
+        path = "cublas"
+    elif strategy == "wgmma":
+        path = "wgmma"
+    else:
+        path = tuning.gemm_path(m, n, k, N)
+    if strategy not in ("batched", "loop"):
+        strategy = None
+    tm, tn = choose_tiles(m, n, kpad, N, plan.mode, path=path)
+    bound, prod = _layouts(tm, tn, kpad, N, plan.mode, path)
     buf = cupy.empty(max(bound.nbytes, prod.nbytes), dtype=np.uint8)
     tiles = [(i0, min(m, i0 + tm), j0, min(n, j0 + tn))
              for i0 in range(0, m, tm) for j0 in range(0, n, tn)]
@@ -155,14 +176,12 @@ def product_into(A, B, plan, out, *, alpha=1.0, beta=0.0, C0=None, phases=None,
     with ph("scaling"):
         if plan.mode == "accurate":
             s, t, EA, EB = scaling.shifts(A, B, N, "accurate", tiles=tiles, tm=tm, tn=tn,
-                                          views=bound.carve(buf))
+                                          views=bound.carve(buf), exps=exps)
         else:
-            s, t, EA, EB = scaling.shifts(A, B, N, "fast")
-    # The row-exponent kernel reports Inf/NaN as an exponent of 2000 (finite: <= 1024).
-    if check_finite and int(cupy.maximum(EA.max(), EB.max())) > 1024:
-        return None
+            s, t, EA, EB = scaling.shifts(A, B, N, "fast", exps=exps)
     v = prod.carve(buf)
     RA, RB, C = v["RA"], v["RB"], v["C"]
+    items = [(l, l, p, l) for l, p in enumerate(MODULI[:N])]
     rows_key = cols_key = None
     for (i0, i1, j0, j1) in tiles:
         with ph("residues"):
@@ -173,7 +192,12 @@ def product_into(A, B, plan, out, *, alpha=1.0, beta=0.0, C0=None, phases=None,
                 residues.residue_planes_into(Bt[j0:j1], t[j0:j1], RB, N)
                 cols_key = (j0, j1)
         with ph("gemms"):
-            modgemm.products_into(RA, RB, C, N, i1 - i0, j1 - j0, kpad, strategy=strategy)
+            if path == "wgmma":
+                modprod.mod_products(RA, RB, items, C, i1 - i0, j1 - j0, backend="wgmma",
+                                     bn=tuning.wgmma_width(i1 - i0, j1 - j0))
+            else:
+                modgemm.products_into(RA, RB, C, N, i1 - i0, j1 - j0, kpad,
+                                      strategy=strategy)
         with ph("crt"):
             crt.crt_into(C, N, i1 - i0, j1 - j0, s[i0:i1], t[j0:j1], out[i0:i1, j0:j1],
                          alpha=alpha, beta=beta,
@@ -193,12 +217,11 @@ def ozaki2_2d(A, B, plan):
 def matmul_2d(A, B, plan):
     """Product of 2-D finite float64 operands with ``plan`` (either scheme), on device.
 
-    ``phase22`` has no GPU kernels yet: it runs the CPU reference on host copies.
+    ``phase22`` runs its own kernels (:mod:`ozaki_backend.cuda.phase22`).
     """
     if plan.scheme == "phase22":
-        from ..reference import phase22
+        from . import phase22
 
-        res = phase22.matmul_2d(cupy.asnumpy(A).astype(np.float64),
-                                cupy.asnumpy(B).astype(np.float64), plan)
-        return cupy.asarray(res)
+        return phase22.matmul_2d(cupy.asarray(A, dtype=np.float64),
+                                 cupy.asarray(B, dtype=np.float64), plan)
     return ozaki2_2d(A, B, plan)

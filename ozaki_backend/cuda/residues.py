@@ -34,14 +34,17 @@ def residue_planes_into(X, shift, R, n_moduli):
         The operand read row-wise (A itself, or B.T).
     shift : cupy int32 (rows,) or None
         Row exponents (None: X already holds integers).
-    R : cupy int8 (>= N, >= rows, kpad)
+    R : cupy int8 (>= N, >= rows, kpad), C-contiguous, 8-byte aligned
         Plane ``l`` is ``R[l, :rows, :]``; columns ``cols..kpad-1`` are zeroed.
+        (The kernel stores 8 bytes of a row at a time; kpad is a multiple of KPAD.)
     n_moduli : int
     """
     rows, cols = X.shape
     kpad = R.shape[2]
     if rows == 0 or kpad == 0:
         return
+    if R.data.ptr % 8 or kpad % 8:
+        raise ValueError("residue planes must be 8-byte aligned with kpad % 8 == 0")
     X, rs, cs, rows_fast = as_rows(X)
     fn = loader.get_function("residues.cu", "oz_residues")
     grid = (-(-kpad // 64), -(-rows // 32))

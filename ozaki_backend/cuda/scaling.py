@@ -13,6 +13,13 @@ integer quantities, computed by the kernels of ``kernels/scaling.cu``:
 
 Operands are read row-wise: A as ``m x k`` and B through its transpose ``n x k``
 (any strides; no copies).
+
+``precision="fp64"`` (adaptive plans): :func:`choose_moduli` runs the row-exponent pass
+with the exponents' sums and counts (``oz_row_exponent_stats``, the same single read of
+A and B), folds them into the exponent spread and the Inf/NaN flag on the device
+(``oz_spread``) and reads those 8 bytes back: the moduli count is then the plan's table
+entry for that spread, exactly as on the CPU. The row exponents are handed on to the
+shift computation, so nothing is read twice.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import cupy
 import numpy as np
 
+from .. import _stats
 from ..reference.scaling import ACCURATE_D, fast_quant_bits
 from . import loader
 from ._common import INT_MAX, INT_MIN, KPAD, LDC_PAD, as_rows, blocks, h_params, lam1, round_up
@@ -56,12 +64,92 @@ def row_exponents(X, Emax=None):
     return Emax
 
 
-def fast_row_shifts(X, n_moduli, k):
-    """Fast-mode exponents of the rows of ``X``: ``(s, E)`` int32, E finalised."""
+def row_exponent_stats(X):
+    """``(Emax, Esum, Ecnt)`` of the rows of ``X`` in one pass: the row exponents as
+    :func:`row_exponents` gives them, and the int64 sum and int32 count of the frexp
+    exponents of each row's non-zero entries (``docs/spec.md`` §1)."""
+    rows, cols = X.shape
+    Emax = cupy.full(rows, INT_MIN, dtype=np.int32)
+    Esum = cupy.zeros(rows, dtype=np.int64)
+    Ecnt = cupy.zeros(rows, dtype=np.int32)
+    if rows and cols:
+        X, rs, cs, rf = as_rows(X)
+        fn = loader.get_function("scaling.cu", "oz_row_exponent_stats")
+        fn(_reduce_grid(rows, cols, rf), (32, 8),
+           (X, rs, cs, np.int32(rows), np.int32(cols), rf, Emax, Esum, Ecnt))
+    return Emax, Esum, Ecnt
+
+
+def _fold_spread(stats, out):
+    """Fold one operand's row statistics into ``out = [max Emax, max spread]``."""
+    Emax, Esum, Ecnt = stats
+    rows = Emax.shape[0]
+    if rows:
+        fn = loader.get_function("scaling.cu", "oz_spread")
+        fn((blocks(rows),), (256,), (Emax, Esum, Ecnt, np.int32(rows), out))
+
+
+def spread_and_flag(A, B):
+    """``(max_exponent, spread, EA, EB)``: the largest frexp exponent of either operand
+    (above 1024: an Inf/NaN entry), the exponent spread of ``A @ B`` (``docs/spec.md``
+    §1), both host ints from one 8-byte read, and the row exponents of A and of B's
+    columns (int32, INT_MIN for all-zero rows) for :func:`shifts`."""
+    sa = row_exponent_stats(A)
+    sb = row_exponent_stats(B.T)
+    out = cupy.array([INT_MIN, 0], dtype=np.int32)
+    _fold_spread(sa, out)
+    _fold_spread(sb, out)
+    emax, spread = (int(v) for v in out.get())
+    return emax, spread, sa[0], sb[0]
+
+
+def exponent_spread(A, B) -> int:
+    """The exponent spread of ``A @ B`` computed on the device (the same integer as
+    :func:`ozaki_backend.reference.scaling.exponent_spread`)."""
+    A = cupy.asarray(A, dtype=np.float64)
+    B = cupy.asarray(B, dtype=np.float64)
+    return spread_and_flag(A, B)[1]
+
+
+def choose_moduli(A, B, plan, *, check_finite=False):
+    """``(N, exps)``: the moduli count of the product ``A @ B`` with ``plan`` and the row
+    exponents ``(EA, EB)`` already computed on the way (None if none were), to hand to
+    :func:`shifts`; ``(None, None)`` when ``check_finite`` and an operand holds Inf/NaN.
+
+    Fixed-count plans: ``plan.n_moduli``, with no device read unless ``check_finite``
+    (then one read of the largest row exponent, as before). Adaptive plans
+    (``precision="fp64"``): one pass over A and B for the exponents and their sums,
+    one 8-byte read of the spread and the Inf/NaN flag, then ``plan``'s table
+    (:meth:`~ozaki_backend.plan.Plan.moduli_for_spread`) — the CPU engine's rule on the
+    same integer. Counts the product in ``stats()["moduli"]``.
+    """
+    if plan.adaptive:
+        emax, spread, EA, EB = spread_and_flag(A, B)
+        if check_finite and emax > 1024:
+            return None, None
+        N = plan.moduli_for_spread(spread)
+        _stats.record_moduli(N)
+        return N, (EA, EB)
+    N = plan.n_moduli
+    if not check_finite:
+        _stats.record_moduli(N)
+        return N, None
+    EA, EB = row_exponents(A), row_exponents(B.T)
+    # The row-exponent kernel reports Inf/NaN as an exponent of 2000 (finite: <= 1024).
+    if int(cupy.maximum(EA.max(), EB.max())) > 1024:
+        return None, None
+    _stats.record_moduli(N)
+    return N, (EA, EB)
+
+
+def fast_row_shifts(X, n_moduli, k, E=None):
+    """Fast-mode exponents of the rows of ``X``: ``(s, E)`` int32, E finalised (``E``:
+    the row exponents when already computed, INT_MIN for all-zero rows; rewritten)."""
     rows, cols = X.shape
     D = fast_quant_bits(k)
     eh, fh = h_params(n_moduli)
-    E = row_exponents(X)
+    if E is None:
+        E = row_exponents(X)
     S = cupy.zeros(rows, dtype=np.uint64)
     s = cupy.empty(rows, dtype=np.int32)
     if rows == 0:
@@ -159,15 +247,16 @@ class BoundMatrix:
         return self.P
 
 
-def accurate_shifts(A, Bt, n_moduli, tiles, kpad, tm, tn, views=None):
+def accurate_shifts(A, Bt, n_moduli, tiles, kpad, tm, tn, views=None, exps=None):
     """Accurate-mode ``(s, t, EA, EB)`` (int32) of ``A (m x k)`` and ``Bt = B.T (n x k)``.
 
-    ``tiles`` lists the ``(i0, i1, j0, j1)`` output tiles (one tile when P fits).
+    ``tiles`` lists the ``(i0, i1, j0, j1)`` output tiles (one tile when P fits);
+    ``exps`` the row exponents ``(EA, EB)`` when already computed (rewritten).
     """
     m, n = A.shape[0], Bt.shape[0]
     D = ACCURATE_D
     eh, fh = h_params(n_moduli)
-    EA, EB = row_exponents(A), row_exponents(Bt)
+    EA, EB = exps if exps is not None else (row_exponents(A), row_exponents(Bt))
     bm = BoundMatrix(A, Bt, EA, EB, kpad, tm, tn, views)
     # Quantisation needs E with 0 for all-zero rows; INT_MIN rows are all zero, so the
     # kernel never reads their E (it skips zero entries) — no fix-up needed before.
@@ -199,31 +288,35 @@ def accurate_shifts(A, Bt, n_moduli, tiles, kpad, tm, tn, views=None):
     return s, t, EA, EB
 
 
-def shifts(A, B, n_moduli, mode, *, tiles=None, tm=None, tn=None, views=None):
-    """``(s, t)`` int32 CuPy arrays for ``A (m x k)``, ``B (k x n)``; also flags
-    non-finite operands: returns ``(s, t, finite_flag_array)`` where the flag array is
-    the max row exponent of either operand (> 1024 means Inf/NaN somewhere)."""
+def shifts(A, B, n_moduli, mode, *, tiles=None, tm=None, tn=None, views=None, exps=None):
+    """``(s, t, EA, EB)`` int32 CuPy arrays for ``A (m x k)``, ``B (k x n)``: the shifts
+    and the finalised row exponents of A and of B's columns. ``exps``: the raw row
+    exponents ``(EA, EB)`` when :func:`choose_moduli` already computed them (they are
+    then not read again; the arrays are rewritten)."""
     m, k = A.shape
     n = B.shape[1]
     Bt = B.T
+    EA0, EB0 = exps if exps is not None else (None, None)
     if mode == "fast":
-        s, EA = fast_row_shifts(A, n_moduli, k)
-        t, EB = fast_row_shifts(Bt, n_moduli, k)
+        s, EA = fast_row_shifts(A, n_moduli, k, E=EA0)
+        t, EB = fast_row_shifts(Bt, n_moduli, k, E=EB0)
     else:
         kpad = round_up(max(k, 1), KPAD)
         if tiles is None:
             tm, tn = max(m, 1), max(n, 1)
             tiles = [(0, m, 0, n)]
-        s, t, EA, EB = accurate_shifts(A, Bt, n_moduli, tiles, kpad, tm, tn, views)
+        s, t, EA, EB = accurate_shifts(A, Bt, n_moduli, tiles, kpad, tm, tn, views, exps)
     return s, t, EA, EB
 
 
 def exponents(A, B, plan):
     """Row exponents ``s`` (m,) of A and column exponents ``t`` (n,) of B for ``plan``,
-    as int64 CuPy arrays (mirrors the reference's ``exponents``)."""
+    as int64 CuPy arrays (mirrors the reference's ``exponents``; an adaptive plan
+    first picks its moduli count from the operands, :func:`choose_moduli`)."""
     A = cupy.asarray(A, dtype=np.float64)
     B = cupy.asarray(B, dtype=np.float64)
-    s, t, _, _ = shifts(A, B, plan.n_moduli, plan.mode)
+    N, exps = choose_moduli(A, B, plan)
+    s, t, _, _ = shifts(A, B, N, plan.mode, exps=exps)
     return s.astype(np.int64), t.astype(np.int64)
 
 

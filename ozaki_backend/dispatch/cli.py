@@ -215,9 +215,10 @@ def _info() -> dict:
     cross = []
     for n in (256, 512, 1024, 2048, 4096, 8192, 16384):
         p = Plan(n, n, n)
+        lo, hi = p.moduli_range   # the estimate assumes ordinary data: the fewest
         t_h = model.host_seconds(n, n, n)
-        t_e = model.emulated_seconds(n, n, n, 1, p.n_gemms, p.n_moduli)
-        cross.append({"n": n, "moduli": p.n_moduli, "host_ms": t_h * 1e3,
+        t_e = model.emulated_seconds(n, n, n, 1, p.n_gemms - (hi - lo) * p.k_split, lo)
+        cross.append({"n": n, "moduli": lo, "host_ms": t_h * 1e3,
                       "emulated_ms": t_e * 1e3, "routed": t_e < t_h})
     env_vars = {k: v for k, v in os.environ.items() if k.startswith("OZAKI_BACKEND")}
     known = {_env.ENV, *_env.VARS.values(), *_env.EXTRA_VARS}
@@ -317,10 +318,14 @@ def info_main(argv) -> int:
     mod = info["moduli"]
     w(f"\nmoduli table ({len(mod['table'])}): {', '.join(map(str, mod['table']))}\n")
     fp = mod["fp64"]
+    edges = fp.get("spread_edges", [])
+    w("  precision='fp64': moduli per k bucket (rows) and exponent spread bucket "
+      f"(<= {', <= '.join(map(str, edges))}, > {edges[-1] if edges else '?'})\n")
     for mode in ("accurate", "fast"):
         if mode in fp:
-            rows = ", ".join(f"k<={k}: {n}" for k, n in fp[mode])
-            w(f"  precision='fp64', mode={mode}: {rows}\n")
+            for k, Ns in fp[mode]:
+                w(f"    {mode:8s} k<={k:<6d} {' '.join(f'{n:2d}' for n in Ns)} "
+                  f"{fp.get('beyond', '')}\n")
     w("\nintercepted inside a scope:\n")
     for k, v in info["intercepted"].items():
         w(f"  {k:40s} {v}\n")

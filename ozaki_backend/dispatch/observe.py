@@ -62,7 +62,11 @@ def stats() -> dict:
         those outcomes a ``{reason: count}`` dict (routed reasons name the engine);
         ``routed_by_entry``: routed calls per entry point (``@/np.matmul``,
         ``np.dot``, ``scipy dgemm`` ...); ``bytes``: host<->device bytes moved;
-        ``seconds``: time spent per outcome; ``c_fast_path``: ``@``/``np.matmul``
+        ``seconds``: time spent per outcome; ``moduli``: ``{moduli count: 2-D
+        products}`` of the Ozaki-II products computed (with ``precision="fp64"`` the
+        count is chosen per product from its operands, ``docs/precision.md``);
+        ``last_moduli``: the count of this thread's latest such product (None before
+        the first); ``c_fast_path``: ``@``/``np.matmul``
         products the C hook left to NumPy without calling Python while some scope was
         active anywhere (``below_floor``, ``vector_shaped``). The C side cannot tell
         whose product it sees, so these also count other threads' products and the
@@ -88,7 +92,8 @@ def stats() -> dict:
         by_entry = dict(_routed_by_entry)
     out = {k: sum(v.values()) for k, v in reasons.items()}
     out.update(reasons=reasons, routed_by_entry=by_entry, bytes=snap["bytes"],
-               seconds=snap["seconds"],
+               seconds=snap["seconds"], moduli=snap["moduli"],
+               last_moduli=_stats.last_moduli(),
                c_fast_path={"below_floor": c["below_floor"],
                             "vector_shaped": c["vector_shaped"]})
     return out
@@ -116,6 +121,9 @@ def format_stats(s: dict | None = None) -> str:
     if s["routed_by_entry"]:
         entries = ", ".join(f"{k} {v}" for k, v in sorted(s["routed_by_entry"].items()))
         lines.append(f"  routed by entry point: {entries}")
+    if s.get("moduli"):
+        lines.append("  moduli used: " + ", ".join(
+            f"{n} x{c}" for n, c in sorted(s["moduli"].items())) + " (2-D products)")
     secs = ", ".join(f"{k} {v:.3f} s" for k, v in sorted(s["seconds"].items()) if v)
     if secs:
         lines.append(f"  time: {secs}")

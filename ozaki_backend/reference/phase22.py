@@ -525,11 +525,11 @@ def residual_correction(v, w, hiA, loA, hiB, loB, E, F):
 
 # ----------------------------------------------------------------------- driver
 
-def _check_inputs(A, B, plan):
+def check_plan_and_shapes(A, B, plan):
+    """Both engines' argument check: a ``phase22`` plan for these 2-D shapes with a
+    valid k chunk (``A``, ``B``: any arrays with ``ndim`` and ``shape``)."""
     if getattr(plan, "scheme", None) != "phase22":
         raise ValueError(f"plan.scheme must be 'phase22'; got {getattr(plan, 'scheme', None)!r}")
-    A = np.asarray(A, dtype=np.float64)
-    B = np.asarray(B, dtype=np.float64)
     if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
         raise ValueError(f"need 2-D operands (m, k) @ (k, n); got {A.shape} @ {B.shape}")
     m, k = A.shape
@@ -537,10 +537,16 @@ def _check_inputs(A, B, plan):
     if (plan.m, plan.n, plan.k) != (m, n, k):
         raise ValueError(f"plan is for ({plan.m} x {plan.k}) @ ({plan.k} x {plan.n}); "
                          f"operands are ({m} x {k}) @ ({k} x {n})")
-    if not (np.isfinite(A).all() and np.isfinite(B).all()):
-        raise ValueError("phase22 needs finite operands (NaN/Inf take the native path)")
     if not 1 <= plan.k_chunk <= T.K_CHUNK_MAX:
         raise ValueError(f"plan.k_chunk must be in [1, {T.K_CHUNK_MAX}]")
+
+
+def _check_inputs(A, B, plan):
+    A = np.asarray(A, dtype=np.float64)
+    B = np.asarray(B, dtype=np.float64)
+    check_plan_and_shapes(A, B, plan)
+    if not (np.isfinite(A).all() and np.isfinite(B).all()):
+        raise ValueError("phase22 needs finite operands (NaN/Inf take the native path)")
     return A, B
 
 

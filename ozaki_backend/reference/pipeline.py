@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import _stats
 from . import crt, modgemm, residues, scaling
 
 
@@ -17,6 +18,10 @@ def ozaki2_2d(A, B, plan):
     n = B.shape[1]
     if m == 0 or n == 0 or k == 0:
         return np.zeros((m, n))
+    # precision="fp64": the moduli count of this product, from the operands' exponent
+    # spread (spec §1); a fixed-count plan is returned unchanged.
+    plan = plan.resolve(A, B)
+    _stats.record_moduli(plan.n_moduli)
     s, t = scaling.exponents(A, B, plan)
     Ai = scaling.truncate(A, s)
     Bi = scaling.truncate(B.T, t).T

@@ -37,6 +37,7 @@ from ..moduli import crt_constants, lambda_exponent
 ACCURATE_D = 6
 
 _NO_EXP = np.iinfo(np.int64).min
+_SPREAD_BLOCK = 1 << 20   # elements per block of row_spreads' temporaries
 
 
 def fast_quant_bits(k: int) -> int:
@@ -57,6 +58,47 @@ def row_exponents(A):
         E = e.max(axis=1)
     nz = E != _NO_EXP
     return np.where(nz, E, 0), nz
+
+
+def row_spreads(X):
+    """Exponent spread ``d_i = E_i - floor(sum_k e_ik / c_i)`` of each row (spec §1).
+
+    ``e_ik`` are the frexp exponents of the row's ``c_i`` non-zero entries and ``E_i``
+    their maximum, so ``d_i`` is how many binades the row's maximum lies above the
+    (floored) mean exponent of its entries. Exact integer arithmetic: the sum is an
+    int64 (``|e| <= 1074``), the mean is floor division. ``d_i = 0`` for an all-zero
+    row (and for an empty one). Always ``d_i >= 0``.
+    """
+    X = np.asarray(X)
+    rows, cols = X.shape
+    out = np.zeros(rows, dtype=np.int64)
+    if cols == 0:
+        return out
+    step = max(1, _SPREAD_BLOCK // cols)   # row blocks: bounded temporaries
+    for r0 in range(0, rows, step):
+        x = X[r0:r0 + step]
+        _, e = np.frexp(x)
+        nz = x != 0
+        e = e.astype(np.int64)
+        cnt = nz.sum(axis=1, dtype=np.int64)
+        tot = np.where(nz, e, 0).sum(axis=1)
+        E = np.where(nz, e, _NO_EXP).max(axis=1)
+        d = E - np.floor_divide(tot, np.maximum(cnt, 1))
+        out[r0:r0 + step] = np.where(cnt > 0, d, 0)
+    return out
+
+
+def exponent_spread(A, B) -> int:
+    """The exponent spread of a product ``A @ B`` (spec §1): the largest
+    :func:`row_spreads` over the rows of ``A`` and the columns of ``B``; 0 when both
+    are empty or all zero. ``precision="fp64"`` picks the moduli count from it."""
+    A = np.asarray(A, dtype=np.float64)
+    B = np.asarray(B, dtype=np.float64)
+    best = 0
+    for X in (A, B.T):
+        if X.size:
+            best = max(best, int(row_spreads(X).max()))
+    return best
 
 
 def quantize(A, E, D: int):
@@ -125,7 +167,10 @@ def shifts_accurate(A, B, n_moduli: int):
 
 
 def exponents(A, B, plan):
-    """Row exponents ``s`` (m,) of A and column exponents ``t`` (n,) of B for ``plan``."""
+    """Row exponents ``s`` (m,) of A and column exponents ``t`` (n,) of B for ``plan``
+    (an adaptive ``precision="fp64"`` plan first picks its moduli count from the
+    operands, :meth:`~ozaki_backend.plan.Plan.resolve`)."""
+    plan = plan.resolve(A, B)
     n_moduli = len(plan.moduli)
     if plan.mode == "fast":
         return shifts_fast(A, B, n_moduli)

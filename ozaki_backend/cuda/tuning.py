@@ -1,0 +1,217 @@
+"""Which GEMM path the CUDA engine takes for a shape: a recorded measurement.
+
+Two paths compute the same bits (``docs/spec.md`` §5):
+
+``"cublas"``
+    N ``cublasGemmEx`` INT8 products into int32 planes, then the CRT pass folds them;
+``"wgmma"``
+    the fused Hopper kernel (``kernels/modprod.cu``): products reduced mod p on the
+    accumulators, one byte per element and modulus, then the CRT pass.
+
+The choice per shape comes from ``_data/gemm_tuning.json``, written by
+``python -m ozaki_backend tune`` on the GPU it describes: for each measured shape the
+whole product was timed both ways (and both wgmma tile widths), on random data, and
+the fastest recorded. A shape takes the choice of the nearest measured one (in log
+m·n and log k). A device with no table of its own uses the table of a device with the
+same compute capability, else the cuBLAS path. ``OZAKI_BACKEND_CUDA_PATH=cublas|wgmma``
+(optionally ``wgmma:128``/``wgmma:256``) forces a path.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from functools import lru_cache
+from importlib import resources
+
+import cupy
+import numpy as np
+
+from . import modprod
+
+PATHS = ("cublas", "wgmma")
+SCHEMA = "ozaki_backend-tuning/1"
+_FILE = "_data/gemm_tuning.json"
+
+
+@lru_cache(maxsize=None)
+def _table_text():
+    try:
+        return resources.files("ozaki_backend").joinpath(_FILE).read_text()
+    except FileNotFoundError:
+        return ""
+
+
+def load_table():
+    """The shipped tuning table (``{"schema", "devices": {name: {...}}}``)."""
+    text = _table_text()
+    return json.loads(text) if text else {"schema": SCHEMA, "devices": {}}
+
+
+@lru_cache(maxsize=None)
+def device_name(device_id: int) -> str:
+    """The GPU's name (cached: the property query takes a noticeable fraction of a
+    millisecond, and every product asks)."""
+    name = cupy.cuda.runtime.getDeviceProperties(device_id)["name"]
+    return name.decode() if isinstance(name, bytes) else name
+
+
+@lru_cache(maxsize=None)
+def _entries_for(device_id: int, text: str):
+    name = device_name(device_id)
+    devices = (json.loads(text) if text else {"devices": {}})["devices"]
+    if name in devices:
+        return name, tuple(devices[name]["entries"])
+    cc = cupy.cuda.Device(device_id).compute_capability
+    for other, rec in devices.items():
+        if rec.get("compute_capability") == cc:
+            return other, tuple(rec["entries"])
+    return None, ()
+
+
+def _device_entries():
+    """``(device name used, entries)`` for the current GPU, or ``(None, ())``."""
+    return _entries_for(cupy.cuda.runtime.getDevice(), _table_text())
+
+
+def _forced():
+    v = os.environ.get("OZAKI_BACKEND_CUDA_PATH", "").strip()
+    if not v:
+        return None
+    path, _, width = v.partition(":")
+    if path not in PATHS or (width and width not in ("128", "256")):
+        raise ValueError(f"OZAKI_BACKEND_CUDA_PATH must be cublas, wgmma, wgmma:128 or "
+                         f"wgmma:256; got {v!r}")
+    return path, int(width) if width else None
+
+
+def _nearest(entries, m, n, k):
+    def dist(e):
+        return (abs(math.log2(max(e["m"] * e["n"], 1)) - math.log2(max(m * n, 1)))
+                + abs(math.log2(max(e["k"], 1)) - math.log2(max(k, 1))))
+    return min(entries, key=dist) if entries else None
+
+
+def choice(m, n, k, n_moduli):
+    """``(path, width, reason)`` for an ``m x k x n`` product with ``n_moduli`` moduli."""
+    forced = _forced()
+    if forced is not None:
+        path, width = forced
+        if path == "wgmma" and not modprod.wgmma_available():
+            raise ValueError("OZAKI_BACKEND_CUDA_PATH=wgmma, but "
+                             + modprod.wgmma_unavailable_reason())
+        return path, width or 256, "forced by OZAKI_BACKEND_CUDA_PATH"
+    if not modprod.wgmma_available():
+        return "cublas", 0, "fused kernel unavailable: " + modprod.wgmma_unavailable_reason()
+    dev, entries = _device_entries()
+    e = _nearest(entries, m, n, k)
+    if e is None:
+        return "cublas", 0, "no tuning table for this GPU"
+    return (e["choice"], e.get("width", 256),
+            f"tuning table ({dev}): nearest measured {e['m']}x{e['k']}x{e['n']}, "
+            f"{e['choice']} {e['seconds'][e['choice_key']] * 1e3:.2f} ms")
+
+
+def gemm_path(m, n, k, n_moduli) -> str:
+    return choice(m, n, k, n_moduli)[0]
+
+
+def wgmma_width(rows, cols) -> int:
+    forced = _forced()
+    if forced is not None and forced[1]:
+        return forced[1]
+    _, entries = _device_entries()
+    e = _nearest([x for x in entries if x["choice"] == "wgmma"], rows, cols, 1 << 12)
+    return e.get("width", 256) if e else 256
+
+
+def modprod_choice(rows, cols, kc, n_items):
+    """``(backend, width)`` for :func:`~ozaki_backend.cuda.modprod.mod_products`."""
+    forced = _forced()
+    if forced is not None:
+        return forced[0], forced[1] or 256
+    if modprod.wgmma_available():
+        return "wgmma", wgmma_width(rows, cols)
+    return "cublas", 256
+
+
+# ------------------------------------------------------------------ measuring
+
+DEFAULT_SHAPES = ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
+                  (8192, 8192, 8192), (4096, 4096, 16384), (16384, 16384, 1024),
+                  (16384, 16384, 16384))
+
+
+def measure(shapes=DEFAULT_SHAPES, *, n_moduli=15, mode="fast", repeats=5, log=print):
+    """Time the whole product both ways per shape; returns this device's table record.
+
+    Every variant's result is checked bitwise against the cuBLAS path's before its time
+    counts (the paths must agree; a mismatch raises).
+    """
+    from ..bench import median_device_time
+    from ..plan import Plan
+    from .pipeline import product_into
+
+    dev = cupy.cuda.Device()
+    name = device_name(dev.id)
+    variants = [("cublas", None)]
+    if modprod.wgmma_available():
+        variants += [("wgmma", 128), ("wgmma", 256)]
+    entries = []
+    rng = np.random.default_rng(0)
+    old = os.environ.get("OZAKI_BACKEND_CUDA_PATH")
+    try:
+        for m, k, n in shapes:
+            A = cupy.asarray(rng.standard_normal((m, k)))
+            B = cupy.asarray(rng.standard_normal((k, n)))
+            plan = Plan(m, n, k, moduli=n_moduli, mode=mode)
+            ref = None
+            secs = {}
+            for path, width in variants:
+                key = path if width is None else f"{path}:{width}"
+                os.environ["OZAKI_BACKEND_CUDA_PATH"] = key
+                out = cupy.empty((m, n))
+                product_into(A, B, plan, out)
+                if ref is None:
+                    ref = out.copy()
+                elif not bool((out.view(np.int64) == ref.view(np.int64)).all()):
+                    raise RuntimeError(f"{key} differs from the cuBLAS path at {m}x{k}x{n}")
+                secs[key] = median_device_time(lambda: product_into(A, B, plan, out), repeats)
+            best = min(secs, key=secs.get)
+            path, _, width = best.partition(":")
+            e = {"m": m, "n": n, "k": k, "n_moduli": n_moduli, "mode": mode,
+                 "seconds": secs, "choice": path, "choice_key": best}
+            if width:
+                e["width"] = int(width)
+            entries.append(e)
+            log(f"{m}x{k}x{n}: " + ", ".join(f"{kk} {v * 1e3:.2f} ms" for kk, v in secs.items())
+                + f" -> {best}")
+            del A, B, out, ref
+            cupy.get_default_memory_pool().free_all_blocks()
+    finally:
+        if old is None:
+            os.environ.pop("OZAKI_BACKEND_CUDA_PATH", None)
+        else:
+            os.environ["OZAKI_BACKEND_CUDA_PATH"] = old
+    return name, {"compute_capability": dev.compute_capability,
+                  "measured": time.strftime("%Y-%m-%d"),
+                  "command": "python -m ozaki_backend tune", "entries": entries}
+
+
+def write_table(name, record, path=None):
+    """Merge one device's record into the table file (the package's by default)."""
+    if path is None:
+        path = resources.files("ozaki_backend").joinpath(_FILE)
+    try:
+        table = json.loads(open(path).read())
+    except (FileNotFoundError, ValueError):
+        table = {"schema": SCHEMA, "devices": {}}
+    table["devices"][name] = record
+    with open(path, "w") as f:
+        json.dump(table, f, indent=1, sort_keys=True)
+        f.write("\n")
+    _table_text.cache_clear()
+    _entries_for.cache_clear()
+    return path
