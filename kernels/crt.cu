@@ -1,5 +1,6 @@
 // Stage 4 — one fused pass over the output (docs/spec.md §6–7), mirrored by
-// ozaki_backend/cuda/crt.py: read the N int32 products of an element, reduce them,
+// ozaki_backend/cuda/crt.py: read the N int32 products of an element and reduce them
+// (oz_crt), or read its N residue bytes from the fused product kernel (oz_crt_u8),
 // reconstruct the exact integer X by the CRT in 32-bit limbs, round X 2^-(s_i + t_j)
 // once to float64 (ties to even, gradual underflow, overflow to inf), apply alpha/beta
 // without contraction, write the float64 once.

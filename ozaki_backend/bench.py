@@ -251,7 +251,8 @@ def _bench_shape(cp, m, k, n, args, log):
     for label, plan in _configs(m, n, k, args):
         # precision="fp64" chooses the count per product: the timed operands' count
         # names the config, and each phi's count is kept with its error.
-        label = label.replace("{N}", str(plan.moduli_for(A, B)))
+        N = plan.moduli_for(A, B)   # one pass over the operands on the device
+        label = label.replace("{N}", str(N))
         t = _time_device(cp, lambda: plan.matmul(A, B, out=C), args.reps)
         errs, used = {}, {}
         for phi, (Ap, Bp) in data.items():
@@ -264,9 +265,9 @@ def _bench_shape(cp, m, k, n, args, log):
         from .cuda.modgemm import gemm_strategy
         from .cuda.tuning import choice as path_choice
 
-        path = path_choice(m, n, k, plan.moduli_for(A, B))
+        path = path_choice(m, n, k, N)
         res["emulated"].append({
-            "label": label, "mode": plan.mode, "moduli": plan.moduli_for(A, B),
+            "label": label, "mode": plan.mode, "moduli": N,
             "moduli_by_phi": used, "rule": plan.rule,
             "seconds": t, "tflops": flops / t / 1e12, "speedup": t_nat / t,
             "max_rel_err": errs, "phases_s": phases,

@@ -71,6 +71,25 @@ def test_mod_products_ozaki2_moduli(rows, cols, k):
         np.testing.assert_array_equal(got, want, err_msg=f"{backend}:{bn}:{cl}")
 
 
+@pytest.mark.parametrize("rows,cols,k", [(129, 257, 255), (300, 520, 1000)])
+def test_mod_products_64_byte_k_blocks(rows, cols, k, monkeypatch):
+    # The 64-byte-swizzle variant (OZAKI_BACKEND_CUDA_BK=64: half-size stages, twice the
+    # ring depth) must give the same residues as the default.
+    from ozaki_backend.cuda import modprod
+
+    if not modprod.wgmma_available():
+        pytest.skip(modprod.wgmma_unavailable_reason())
+    monkeypatch.setenv("OZAKI_BACKEND_CUDA_BK", "64")
+    rng = np.random.default_rng(rows + cols + k)
+    RA = _planes(rng, 3, rows, k)
+    RB = _planes(rng, 3, cols, k)
+    items = [(l, l, p, l) for l, p in enumerate((256, 241, 173))]
+    want = _expect(RA, RB, items, rows, cols, 0, RA.shape[2])
+    for bn in (128, 256):
+        got = _run(RA, RB, items, rows, cols, backend="wgmma", bn=bn)
+        np.testing.assert_array_equal(got, want, err_msg=f"bk=64 bn={bn}")
+
+
 def test_mod_products_phase22_pairs_and_k_range():
     # Seed-scheme items: 4 passes (hi/lo x hi/lo) x 7 primes, residues in [0, p), a
     # k range in the middle of the planes.

@@ -159,12 +159,13 @@ def product_into(A, B, plan, out, *, alpha=1.0, beta=0.0, C0=None, phases=None,
     if N is None:
         return None
     kpad = round_up(k, KPAD)
-    if strategy in ("batched", "loop", "cublas"):
-        path = "cublas"
-    elif strategy == "wgmma":
-        path = "wgmma"
-    else:
-        path = tuning.gemm_path(m, n, k, N)
+    # `strategy` may force the path (a cuBLAS issue order implies the cuBLAS path);
+    # otherwise the tuning table decides, and gives the fused kernel's tile width.
+    path = {"batched": "cublas", "loop": "cublas", "cublas": "cublas"}.get(strategy)
+    width = 0
+    if path is None:
+        chosen, width, _ = tuning.choice(m, n, k, N)
+        path = "wgmma" if strategy == "wgmma" else chosen
     if strategy not in ("batched", "loop"):
         strategy = None
     tm, tn = choose_tiles(m, n, kpad, N, plan.mode, path=path)
@@ -194,7 +195,7 @@ def product_into(A, B, plan, out, *, alpha=1.0, beta=0.0, C0=None, phases=None,
         with ph("gemms"):
             if path == "wgmma":
                 modprod.mod_products(RA, RB, items, C, i1 - i0, j1 - j0, backend="wgmma",
-                                     bn=tuning.wgmma_width(i1 - i0, j1 - j0))
+                                     bn=width)
             else:
                 modgemm.products_into(RA, RB, C, N, i1 - i0, j1 - j0, kpad,
                                       strategy=strategy)

@@ -44,12 +44,6 @@ def _table_text():
         return ""
 
 
-def load_table():
-    """The shipped tuning table (``{"schema", "devices": {name: {...}}}``)."""
-    text = _table_text()
-    return json.loads(text) if text else {"schema": SCHEMA, "devices": {}}
-
-
 @lru_cache(maxsize=None)
 def device_name(device_id: int) -> str:
     """The GPU's name (cached: the property query takes a noticeable fraction of a
@@ -94,47 +88,50 @@ def _nearest(entries, m, n, k):
     return min(entries, key=dist) if entries else None
 
 
+def _fused_width(entry) -> int:
+    """The faster fused tile width measured for a table entry (256 if none was)."""
+    fused = {int(key.partition(":")[2]): t for key, t in entry["seconds"].items()
+             if key.startswith("wgmma:")}
+    return min(fused, key=fused.get) if fused else 256
+
+
 def choice(m, n, k, n_moduli):
-    """``(path, width, reason)`` for an ``m x k x n`` product with ``n_moduli`` moduli."""
+    """``(path, width, reason)`` for an ``m x k x n`` product with ``n_moduli`` moduli.
+
+    ``width`` is the fused kernel's tile width for this shape (used when ``path`` is
+    ``"wgmma"``).
+    """
     forced = _forced()
     if forced is not None:
         path, width = forced
         if path == "wgmma" and not modprod.wgmma_available():
             raise ValueError("OZAKI_BACKEND_CUDA_PATH=wgmma, but "
                              + modprod.wgmma_unavailable_reason())
-        return path, width or 256, "forced by OZAKI_BACKEND_CUDA_PATH"
+        if width is None:
+            e = _nearest(_device_entries()[1], m, n, k)
+            width = _fused_width(e) if e else 256
+        return path, width, "forced by OZAKI_BACKEND_CUDA_PATH"
     if not modprod.wgmma_available():
-        return "cublas", 0, "fused kernel unavailable: " + modprod.wgmma_unavailable_reason()
+        return "cublas", 256, "fused kernel unavailable: " + modprod.wgmma_unavailable_reason()
     dev, entries = _device_entries()
     e = _nearest(entries, m, n, k)
     if e is None:
-        return "cublas", 0, "no tuning table for this GPU"
-    return (e["choice"], e.get("width", 256),
+        return "cublas", 256, "no tuning table for this GPU"
+    return (e["choice"], _fused_width(e),
             f"tuning table ({dev}): nearest measured {e['m']}x{e['k']}x{e['n']}, "
             f"{e['choice']} {e['seconds'][e['choice_key']] * 1e3:.2f} ms")
 
 
-def gemm_path(m, n, k, n_moduli) -> str:
-    return choice(m, n, k, n_moduli)[0]
-
-
-def wgmma_width(rows, cols) -> int:
-    forced = _forced()
-    if forced is not None and forced[1]:
-        return forced[1]
-    _, entries = _device_entries()
-    e = _nearest([x for x in entries if x["choice"] == "wgmma"], rows, cols, 1 << 12)
-    return e.get("width", 256) if e else 256
-
-
 def modprod_choice(rows, cols, kc, n_items):
-    """``(backend, width)`` for :func:`~ozaki_backend.cuda.modprod.mod_products`."""
+    """``(backend, width)`` for :func:`~ozaki_backend.cuda.modprod.mod_products`: the
+    fused kernel wherever it runs (callers of ``mod_products`` want the residues, which
+    the cuBLAS backend only produces with an extra reduction pass per product), at the
+    tile width measured fastest for the nearest shape."""
+    path, width, _ = choice(rows, cols, kc, n_items)
     forced = _forced()
     if forced is not None:
-        return forced[0], forced[1] or 256
-    if modprod.wgmma_available():
-        return "wgmma", wgmma_width(rows, cols)
-    return "cublas", 256
+        return path, width
+    return ("wgmma" if modprod.wgmma_available() else "cublas"), width
 
 
 # ------------------------------------------------------------------ measuring
