@@ -8,32 +8,29 @@ Public API
 matmul(a, b, *, precision, bits, moduli, mode, scheme, engine, out)
     Explicit emulated product with NumPy ``matmul`` semantics.
 plan(m, n, k, **options)
-    The printable :class:`~ozaki_backend.plan.Plan` for a shape.
+    The printable :class:`~ozaki_backend.plan.Plan` for a shape (``ozaki_backend.plan``
+    is also the module that defines it; calling it builds a plan).
 enabled(**config), disabled(), enable(**config), disable()
     Route existing NumPy/SciPy code through the backend (see the dispatch guide).
 stats(), reset_stats(), explain(...)
     What was routed and why.
 wrap(x), unwrap(x)
     Per-array opt-in through NumPy's protocols.
+
+Layers, bottom up (``docs/architecture.md``): ``spec`` (constants and rules) →
+``plan``, ``semantics`` → the engines (``reference``, ``cuda``) → ``registry`` →
+``_api`` → ``dispatch`` → tools (``bench``, ``tune``, ``calibrate``, ``demo``).
 """
 
-from ._api import matmul, plan
+from . import plan
+from ._api import matmul
+from ._version import __version__
+from .dispatch import (disable, disabled, enable, enabled, explain, reset_stats, stats,
+                       unwrap, wrap)
 from .plan import Plan
 
-__version__ = "0.1.0"
-
-__all__ = ["matmul", "plan", "Plan", "__version__"]
-
-# The dispatch layer (scopes, patches, stats) is optional at import time: it may be
-# absent while it is being built, and it must never make `import ozaki_backend` fail.
-try:  # pragma: no cover - exercised by the dispatch tests
-    from .dispatch import (disable, disabled, enable, enabled, explain,  # noqa: F401
-                           reset_stats, stats, unwrap, wrap)
-
-    __all__ += ["enabled", "disabled", "enable", "disable", "stats", "reset_stats",
-                "explain", "wrap", "unwrap"]
-except ImportError:  # pragma: no cover
-    pass
+__all__ = ["matmul", "plan", "Plan", "__version__", "enabled", "disabled", "enable",
+           "disable", "stats", "reset_stats", "explain", "wrap", "unwrap"]
 
 
 def __getattr__(name):

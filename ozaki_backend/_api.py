@@ -1,36 +1,18 @@
-"""Public signatures: ``matmul`` and ``plan``; argument checks and engine choice.
+"""Public signatures: ``matmul`` (and ``Plan.matmul``), from the operands to an engine.
 
-The numerical work lives in the engines (``reference/`` for the CPU, ``cuda/`` for the
-GPU). This module only decides *whether* a call can be emulated and hands everything
-it cannot handle back to NumPy, so that bad input raises exactly what NumPy raises.
+A call goes one way down: NumPy's semantics decide whether it can be emulated
+(:mod:`.semantics`), the plan fixes the bits (:mod:`.plan`), the registry picks the
+engine (:mod:`.registry`), the engine computes (:class:`.engine.Engine`), and the
+semantics deliver the result. Everything the engines do not take is computed by the
+array library itself, so bad input raises exactly what NumPy (or CuPy) raises.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import _native, _options, _stats
-from .plan import Plan
-
-
-def plan(m, n, k, *, precision="fp64", bits=None, moduli=None, mode="accurate",
-         scheme="ozaki2", engine="auto", residual=False):
-    """The plan for an ``(m, k) @ (k, n)`` product.
-
-    Parameters
-    ----------
-    m, n, k : int
-        Problem shape.
-    precision, bits, moduli, mode, scheme, engine, residual
-        As for :func:`matmul`.
-
-    Returns
-    -------
-    Plan
-        Printable; ``plan.matmul(a, b)`` multiplies with it.
-    """
-    return Plan(m, n, k, precision=precision, bits=bits, moduli=moduli, mode=mode,
-                scheme=scheme, engine=engine, residual=residual)
+from . import _native, _options, _stats, registry, semantics
+from .plan import Plan, bind
 
 
 def matmul(a, b, *, precision="fp64", bits=None, moduli=None, mode="accurate",
@@ -80,154 +62,80 @@ def matmul(a, b, *, precision="fp64", bits=None, moduli=None, mode="accurate",
     """
     opts = _options.normalize(precision=precision, bits=bits, moduli=moduli, mode=mode,
                               scheme=scheme, engine=engine, residual=residual)
-    return _dispatch(a, b, opts, out=out)
+    return product(a, b, opts, out=out)
 
 
-def _is_cupy(x) -> bool:
-    import sys
+def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None):
+    """``alpha * (a @ b) + beta * c`` with validated options ``opts`` (as
+    :func:`ozaki_backend._options.normalize` returns them): the one path every entry
+    point takes (``matmul``, ``Plan.matmul``, the dispatch layer).
 
-    if "cupy" not in sys.modules:
-        return False
-    from array_api_compat import is_cupy_array
+    Parameters
+    ----------
+    a, b : array_like
+        NumPy arrays (or anything NumPy converts), or two CuPy arrays.
+    opts : dict
+    out : array, optional
+    alpha, beta : float
+        BLAS scaling; ``c`` is read only when ``beta != 0`` and must broadcast to the
+        result.
+    c : array, optional
+    plan : Plan, optional
+        Use this plan (its shape must be the product's).
 
-    return is_cupy_array(x)
-
-
-def _matmul_shape(sa, sb):
-    """Result shape and the 2-D core shapes, or None when NumPy would reject it."""
-    if len(sa) == 0 or len(sb) == 0:
-        return None
-    a_vec, b_vec = len(sa) == 1, len(sb) == 1
-    sa2 = (1,) + tuple(sa) if a_vec else tuple(sa)
-    sb2 = tuple(sb) + (1,) if b_vec else tuple(sb)
-    if sa2[-1] != sb2[-2]:
-        return None
-    try:
-        batch = np.broadcast_shapes(sa2[:-2], sb2[:-2])
-    except ValueError:
-        return None
-    shape = batch + (() if a_vec else (sa2[-2],)) + (() if b_vec else (sb2[-1],))
-    return shape, batch, sa2, sb2
-
-
-def _routable_dtype(a, b) -> bool:
-    for x in (a, b):
-        if x.dtype.kind not in "fiub":
-            return False
-    return np.result_type(a, b) == np.float64
-
-
-def choose_engine(engine: str):
-    """``(engine, reason)`` for a NumPy call: the engine ``auto`` resolves to, and why."""
-    if engine == "cpu":
-        return "cpu", "engine='cpu' requested"
-    from .cuda import availability
-
-    ok, why = availability()
-    if engine == "cuda":
-        return "cuda", "engine='cuda' requested" + ("" if ok else f" ({why})")
-    if ok:
-        return "cuda", why
-    return "cpu", f"no usable GPU: {why}"
-
-
-def _dispatch(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan_=None):
+    Returns
+    -------
+    array
+        The result (or ``out``), as :func:`numpy.matmul` would return it.
+    """
     if c is None and beta != 0:
-        # alpha*A@B + beta*C needs C: without it apply_alpha_beta would read
-        # np.asarray(None) (NaN) and return NaNs silently.
-        raise ValueError("beta != 0 needs c (the matrix that beta scales)")
-    if _is_cupy(a) or _is_cupy(b):
-        from .cuda.engine import matmul_cupy
-
-        # The engine's own products must never be routed back into the backend.
-        with _native.suspended():
-            return matmul_cupy(a, b, opts, out=out, alpha=alpha, beta=beta, c=c, plan=plan_)
-
-    a = np.asarray(a)
-    b = np.asarray(b)
-    if type(out) is tuple and len(out) == 1:   # NumPy's ufunc form: out=(array,)
-        out = out[0]
-    shapes = _matmul_shape(a.shape, b.shape)
-    if shapes is None or not _routable_dtype(a, b):
+        semantics.check_c(beta, c, ())   # raises: alpha A B + beta C needs C
+    xp = semantics.namespace(a, b)
+    if xp is None:
+        # A NumPy/CuPy mix: CuPy's own matmul decides (and raises its own error).
+        _stats.record("native", "mixed NumPy/CuPy operands")
+        return semantics.native(None, a, b, out, alpha, beta, c)
+    if xp is np:
+        a, b = np.asarray(a), np.asarray(b)
+    out = semantics.unwrap_out(out)
+    ms = semantics.matmul_shape(a.shape, b.shape)
+    if ms is None or not semantics.float64_product(a.dtype, b.dtype):
         _stats.record("native", "operands NumPy would not compute in float64"
-                      if shapes is not None else "shape rejected by NumPy")
-        return _native_gemm(a, b, out, alpha, beta, c)
-    shape, batch, sa2, sb2 = shapes
-    if beta != 0 and np.broadcast_shapes(np.shape(c), shape) != shape:
-        # c may broadcast to the result, never widen it.
-        raise ValueError(f"c of shape {np.shape(c)} does not broadcast to the product's "
-                         f"shape {shape}")
-    if out is not None and not _valid_out(out, shape):
-        return _native_gemm(a, b, out, alpha, beta, c)  # NumPy raises its own error
-    a = a.astype(np.float64, copy=False)
-    b = b.astype(np.float64, copy=False)
-    m, k, n = sa2[-2], sa2[-1], sb2[-1]
-    p = plan_ if plan_ is not None else Plan(m, n, k, **opts)
-    if (p.m, p.n, p.k) != (m, n, k):
-        raise ValueError(f"plan is for ({p.m} x {p.k}) @ ({p.k} x {p.n}); "
-                         f"operands are ({m} x {k}) @ ({k} x {n})")
-    eng, _why = choose_engine(opts["engine"])
-    # The CUDA engine detects NaN/Inf on the device during scaling (free there; a
-    # host-side isfinite pass costs more than the whole GPU product at n = 8192).
-    if eng != "cuda" and not (np.isfinite(a).all() and np.isfinite(b).all()):
-        _stats.record("native", "non-finite operand")
-        return _native_gemm(a, b, out, alpha, beta, c)
-    a3 = np.broadcast_to(a.reshape(sa2), batch + sa2[-2:])
-    b3 = np.broadcast_to(b.reshape(sb2), batch + sb2[-2:])
+                      if ms is not None else "shape rejected by NumPy")
+        return semantics.native(xp, a, b, out, alpha, beta, c)
+    semantics.check_c(beta, c, ms.shape)
+    if out is not None and not semantics.valid_out(out, ms.shape, type(a)):
+        return semantics.native(xp, a, b, out, alpha, beta, c)  # the library's own error
+    p = plan if plan is not None else Plan(ms.m, ms.n, ms.k, **opts)
+    semantics.check_plan(p, ms.m, ms.n, ms.k)
+    eng, _why = registry.resolve(opts["engine"], on_device=xp is not np)
+    a3, b3 = semantics.stacks(xp, a, b, ms)
+    full = ms.batch + (ms.m, ms.n)
+    # Write straight into out= when it is a plain float64 result buffer that does not
+    # overlap the operands (chunked transfers would otherwise read results).
+    direct = (out is not None and (xp is not np or (alpha == 1.0 and beta == 0.0))
+              and out.dtype == np.float64 and out.flags.c_contiguous
+              and not xp.may_share_memory(out, a) and not xp.may_share_memory(out, b))
+    res = out.reshape(full) if direct else xp.empty(full, dtype=np.float64)
+    c3 = None
+    if beta != 0.0:
+        c3 = xp.broadcast_to(xp.asarray(c, dtype=np.float64), ms.shape).reshape(full)
     with _stats.timer() as t, _native.suspended():
-        if eng == "cuda":
-            from .cuda.engine import matmul_numpy
-
-            # Write straight into out= when it is a plain result buffer that does
-            # not overlap the operands (chunked copies would otherwise read results).
-            direct = (out is not None and alpha == 1.0 and beta == 0.0
-                      and out.dtype == np.float64 and out.flags.c_contiguous
-                      and out.shape == batch + (m, n)
-                      and not np.may_share_memory(out, a)
-                      and not np.may_share_memory(out, b))
-            res = matmul_numpy(a3, b3, p, check_finite=True, out=out if direct else None)
-            if res is None:
-                _stats.record("native", "non-finite operand")
-                return _native_gemm(a, b, out, alpha, beta, c)
-            if direct:
-                _stats.record("routed", f"engine={eng}", seconds=t.elapsed())
-                return out
-        else:
-            from .reference.pipeline import matmul_2d
-
-            res = np.empty(batch + (m, n), dtype=np.float64)
-            for idx in np.ndindex(*batch):
-                res[idx] = matmul_2d(a3[idx], b3[idx], p)
-    _stats.record("routed", f"engine={eng}", seconds=t.seconds)
-    res = res.reshape(shape)
-    if alpha != 1.0 or beta != 0.0:
-        from .reference.crt import apply_alpha_beta
-
-        res = apply_alpha_beta(res, alpha, beta, c)
-    if out is not None:
-        np.copyto(out, res, casting="same_kind")
-        return out
-    return res[()] if res.ndim == 0 else res   # vector @ vector is a scalar, as in NumPy
+        done = eng.product(a3, b3, p, res, alpha=alpha, beta=beta, c3=c3)
+    if not done:
+        _stats.record("native", "non-finite operand")
+        return semantics.native(xp, a, b, out, alpha, beta, c)
+    _stats.record("routed", f"engine={eng.name}" + (
+        "" if xp is np else f" (CuPy operands{', via host' if eng is registry.HOST_COPY else ''})"),
+        seconds=t.seconds)
+    return semantics.deliver(res, out, ms.shape, direct=direct)
 
 
-def _valid_out(out, shape) -> bool:
-    return (type(out) is np.ndarray and out.shape == shape
-            and np.can_cast(np.float64, out.dtype, casting="same_kind"))
+def _execute(plan, a, b, *, engine, out=None, alpha=1.0, beta=0.0, c=None):
+    """:meth:`Plan.matmul`: the product with a given plan and engine."""
+    opts = dict(plan.options)
+    opts["engine"] = _options.normalize(**dict(opts, engine=engine))["engine"]
+    return product(a, b, opts, out=out, alpha=alpha, beta=beta, c=c, plan=plan)
 
 
-def _native_gemm(a, b, out, alpha, beta, c):
-    if alpha == 1.0 and beta == 0.0:
-        return _native.matmul(a, b, out=out)
-    from .reference.crt import apply_alpha_beta
-
-    res = apply_alpha_beta(_native.matmul(a, b), alpha, beta, c)
-    if out is not None:
-        np.copyto(out, res, casting="same_kind")
-        return out
-    return res
-
-
-def _matmul_with_plan(p, a, b, *, engine, out=None, alpha=1.0, beta=0.0, c=None):
-    opts = dict(p.options)
-    opts["engine"] = engine
-    return _dispatch(a, b, opts, out=out, alpha=alpha, beta=beta, c=c, plan_=p)
+bind(execute=_execute, exponent_spread=registry.exponent_spread)

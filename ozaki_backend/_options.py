@@ -59,7 +59,7 @@ def normalize(precision="fp64", bits=None, moduli=None, mode="accurate",
     TypeError
         For a value of the wrong type.
     """
-    from .moduli import MAX_MODULI, MIN_MODULI
+    from .spec.moduli import MAX_MODULI, MIN_MODULI
 
     out = {
         "precision": _choice("precision", precision, PRECISIONS),

@@ -515,7 +515,7 @@ def to_records(report, *, reps=3, err_rows=32):
 
 def to_document(report, machine, command, *, reps=3, err_rows=32, commit=None):
     """The whole ``ozaki_backend-bench/1`` file for a nested report."""
-    from . import __version__
+    from ._version import __version__
 
     return {
         "schema": SCHEMA, "machine": machine, "date": report["date"][:10],

@@ -316,7 +316,7 @@ def _machine(name):
 
 def _commit():
     """``git describe`` of the package's checkout, ``+uncommitted changes`` if dirty."""
-    from . import __version__
+    from ._version import __version__
 
     root = _PKG.parent
     try:

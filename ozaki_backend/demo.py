@@ -12,8 +12,9 @@ import time
 
 import numpy as np
 
-from . import _api, plan as make_plan
-from . import matmul
+from . import plan as make_plan
+from . import registry
+from ._api import matmul
 
 CASES = (
     # (label, m, k, n, phi)
@@ -43,7 +44,7 @@ def main(argv=None) -> int:
 
     from .testing import exact_matmul, max_relative_error, phi_matrix
 
-    engine, why = _api.choose_engine(args.engine)
+    engine, why = registry.resolve_name(args.engine)
     print(f"ozaki_backend demo — engine: {engine} ({why})")
     if engine == "cpu":
         print("  The CPU engine is the exact NumPy reference: bitwise what the GPU gives,"

@@ -5,119 +5,68 @@ never of the data, so the CPU and CUDA engines given the same plan produce the s
 bits. For ``precision="fp64"`` (no ``bits=``/``moduli=``) the plan holds a *rule*: the
 moduli count of each product is read from a table by the operands' exponent spread, an
 exact integer both engines compute identically (:meth:`Plan.resolve`,
-:meth:`Plan.moduli_for`). Build one with :func:`ozaki_backend.plan`; reuse it for many
-products of the same shape (``plan.matmul(a, b)``).
+:meth:`Plan.moduli_for`). Build one with :func:`plan` (this module is callable:
+``ozaki_backend.plan(m, n, k)``); reuse it for many products of the same shape
+(``p.matmul(a, b)``).
+
+The plan imports no engine: the two methods that need data or an engine
+(:meth:`Plan.resolve` and :meth:`Plan.matmul`) call functions the API layer installs
+with :func:`bind` when the package is imported.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import sys
-from functools import lru_cache
-from importlib import resources
+import types
 
 import numpy as np
 
 from . import _options
-from .moduli import KSPLIT, MAX_MODULI, MIN_MODULI, MODULI, crt_constants
+from .spec.moduli import KSPLIT, MODULI
+from .spec.rules import (fp64_rule, fp64_table, guaranteed_bits, moduli_for_bits,
+                         moduli_for_fp64, spread_bucket)
+from .spec.seed import K_CHUNK_MAX as PHASE22_KCHUNK
+from .spec.seed import PRIMES as PHASE22_PRIMES
 
-PHASE22_PRIMES = (127, 113, 109, 107, 103, 101, 97)
-PHASE22_KCHUNK = 4096
+#: What the layer above provides (``ozaki_backend._api`` calls :func:`bind`).
+_bound = {"execute": None, "exponent_spread": None}
 
 
-def guaranteed_bits(n_moduli: int, k: int) -> int:
-    """Bits kept of each row's (column's) largest element, guaranteed for any data.
+def bind(*, execute, exponent_spread) -> None:
+    """Install the functions :meth:`Plan.matmul` and :meth:`Plan.resolve` call.
 
-    Both scaling modes give ``s_i + E_i >= floor((log2 H - log2 k) / 2)``
-    (``docs/spec.md`` §2), i.e. the largest integer ``b`` with ``H >= k * 4**b``.
+    Parameters
+    ----------
+    execute : callable
+        ``execute(plan, a, b, engine=, out=, alpha=, beta=, c=)``: the product with a
+        given plan (``ozaki_backend._api``).
+    exponent_spread : callable
+        ``exponent_spread(a, b, plan)``: the operands' exponent spread, computed where
+        they live (``ozaki_backend.registry``).
     """
-    H = crt_constants(n_moduli).H
-    k = max(int(k), 1)
-    b = (H // k).bit_length() - 1  # floor(log2(H // k)) == floor(log2(H / k))
-    return b // 2
+    _bound["execute"] = execute
+    _bound["exponent_spread"] = exponent_spread
 
 
-def moduli_for_bits(bits: int, k: int) -> int:
-    """Fewest moduli whose :func:`guaranteed_bits` reach ``bits`` at this ``k``."""
-    for n in range(MIN_MODULI, MAX_MODULI + 1):
-        if guaranteed_bits(n, k) >= bits:
-            return n
-    return MAX_MODULI
+def plan(m, n, k, *, precision="fp64", bits=None, moduli=None, mode="accurate",
+         scheme="ozaki2", engine="auto", residual=False):
+    """The plan for an ``(m, k) @ (k, n)`` product.
 
+    Parameters
+    ----------
+    m, n, k : int
+        Problem shape.
+    precision, bits, moduli, mode, scheme, engine, residual
+        As for :func:`ozaki_backend.matmul`.
 
-@lru_cache(maxsize=None)
-def _fp64_table():
-    text = resources.files("ozaki_backend").joinpath("_data/fp64_moduli.json").read_text()
-    return json.loads(text)
-
-
-def spread_bucket(spread: int, edges) -> int:
-    """Index of the first spread bucket edge ``>= spread`` (``len(edges)``: beyond)."""
-    for b, edge in enumerate(edges):
-        if spread <= edge:
-            return b
-    return len(edges)
-
-
-def _fp64_row(k: int, mode: str):
-    """``(counts, note)``: the table's counts for this ``k``, one per spread bucket plus
-    one for spreads beyond the last edge, and where they came from."""
-    table = _fp64_table()
-    beyond = int(table["beyond"])
-    rows = table[mode]  # list of [k_max, [N per spread bucket]]
-    for k_max, Ns in rows:
-        if k <= k_max:
-            return list(Ns) + [beyond], f"k <= {k_max}"
-    # Beyond the largest calibrated k, each count grows like the bits the longer
-    # reduction needs (log2 k / 2 bits more).
-    k_max, Ns = rows[-1]
-    extra_bits = math.ceil(max(0.0, math.log2(k / k_max)) / 2)
-    out = []
-    for N in Ns:
-        need = guaranteed_bits(N, k_max) + extra_bits
-        out.append(min(MAX_MODULI, max(N, moduli_for_bits(need, k))))
-    for b in range(1, len(out)):
-        out[b] = max(out[b], out[b - 1])
-    return out + [max(beyond, out[-1])], f"extrapolated beyond k = {k_max} (+{extra_bits} bits)"
-
-
-def moduli_for_fp64(k: int, mode: str, spread: int) -> tuple[int, str]:
-    """Moduli count for ``precision="fp64"`` at reduction length ``k`` and exponent
-    spread ``spread`` (:func:`ozaki_backend.reference.scaling.exponent_spread`), and the
-    rule that chose it.
-
-    The table ``_data/fp64_moduli.json`` was measured by
-    ``python -m ozaki_backend calibrate``: for each k bucket and spread bucket, the
-    fewest moduli whose max relative error on the calibration operands of that spread
-    is no worse than native float64's; non-decreasing in k and in spread. Beyond the
-    largest calibrated k, the count grows like the bits needed for the longer reduction
-    (``log2 k / 2`` bits more); beyond the last spread edge it is the table's
-    ``beyond`` (the most moduli).
+    Returns
+    -------
+    Plan
+        Printable; ``plan.matmul(a, b)`` multiplies with it.
     """
-    edges = _fp64_table()["spread_edges"]
-    counts, note = _fp64_row(max(int(k), 1), mode)
-    b = spread_bucket(int(spread), edges)
-    where = f"spread <= {edges[b]}" if b < len(edges) else f"spread > {edges[-1]}"
-    return counts[b], f"fp64 table ({mode}, {note}, {where}): {counts[b]} moduli"
-
-
-def fp64_rule(k: int, mode: str) -> tuple[int, int, str]:
-    """``(fewest, most, text)``: the range of counts ``precision="fp64"`` may pick at
-    this ``k`` and the rule, spread bucket by spread bucket."""
-    edges = _fp64_table()["spread_edges"]
-    counts, note = _fp64_row(max(int(k), 1), mode)
-    parts, b = [], 0
-    while b < len(edges):
-        e = b
-        while e + 1 < len(edges) and counts[e + 1] == counts[b]:
-            e += 1
-        parts.append(f"<= {edges[e]}: {counts[b]}")
-        b = e + 1
-    parts.append(f"> {edges[-1]}: {counts[-1]}")
-    text = (f"fp64 table ({mode}, {note}), per call from the operands' exponent spread: "
-            + ", ".join(parts))
-    return min(counts), max(counts), text
+    return Plan(m, n, k, precision=precision, bits=bits, moduli=moduli, mode=mode,
+                scheme=scheme, engine=engine, residual=residual)
 
 
 class Plan:
@@ -239,7 +188,7 @@ class Plan:
         same integer, so they use the same count."""
         if not self.adaptive:
             return self
-        edges = _fp64_table()["spread_edges"]
+        edges = fp64_table()["spread_edges"]
         b = spread_bucket(int(spread), edges)
         p = self._resolved.get(b)
         if p is None:
@@ -261,7 +210,7 @@ class Plan:
         """
         if not self.adaptive:
             return self
-        return self.for_spread(exponent_spread(a, b, self))
+        return self.for_spread(_bound["exponent_spread"](a, b, self))
 
     def moduli_for(self, a, b) -> int:
         """The number of moduli a product of finite ``a (m, k)``, ``b (k, n)`` uses with
@@ -270,9 +219,7 @@ class Plan:
 
     def matmul(self, a, b, *, engine=None, out=None, alpha=1.0, beta=0.0, c=None):
         """Multiply with this plan (shapes must match the plan's m, n, k)."""
-        from ._api import _matmul_with_plan
-
-        return _matmul_with_plan(self, a, b, engine=engine or self.options["engine"],
+        return _bound["execute"](self, a, b, engine=engine or self.options["engine"],
                                  out=out, alpha=alpha, beta=beta, c=c)
 
     def key(self):
@@ -316,54 +263,16 @@ class Plan:
                 f"  workspace      : {self.workspace_bytes / 2**20:.1f} MiB",
             ]
         lines.append(f"  rule           : {self.rule}")
-        if "cupy" in sys.modules:  # never import CuPy just to print a plan
-            lines.append(f"  GEMM path (GPU): {self.gemm_path()}")
         return "\n".join(lines)
 
-    def gemm_path(self) -> str:
-        """How the CUDA engine would compute this plan's modular products on the current
-        GPU, and why: the cuBLAS path or the fused Hopper kernel, from the tuning table
-        measured by ``python -m ozaki_backend tune`` (``docs/gpu-kernels.md``).
 
-        Returns a sentence; imports CuPy. Without a usable GPU it says so.
-        """
-        from .cuda import availability
+class _CallableModule(types.ModuleType):
+    """``ozaki_backend.plan`` is this module *and* the :func:`plan` factory: calling the
+    module calls :func:`plan`, so ``ozaki_backend.plan(m, n, k)`` and
+    ``import ozaki_backend.plan`` both work."""
 
-        ok, why = availability()
-        if not ok:
-            return f"none (no usable GPU: {why})"
-        from .cuda.tuning import choice, modprod_choice
-
-        if self.scheme == "phase22":
-            # The seed scheme needs the residues themselves, which the fused kernel
-            # writes directly; the cuBLAS backend adds a reduction pass per product.
-            backend, width = modprod_choice(self.m, self.n, self.k_chunk, 28)
-            return (f"fused (128 x {width} tiles)" if backend == "wgmma" else
-                    "cuBLAS INT8 GEMMs, then a reduction pass per product")
-        path, width, reason = choice(self.m, self.n, self.k, self.moduli_range[1]
-                                     if self.adaptive else self.n_moduli)
-        label = f"fused (128 x {width} tiles)" if path == "wgmma" else "cuBLAS INT8 GEMMs"
-        return f"{label}; {reason}"
+    def __call__(self, m, n, k, **options):
+        return plan(m, n, k, **options)
 
 
-def exponent_spread(a, b, plan=None) -> int:
-    """The exponent spread of the product ``a @ b`` (``docs/spec.md`` §1) that
-    ``precision="fp64"`` chooses its moduli count from: the largest
-    ``E_i - floor(mean exponent)`` over the rows of ``a`` and the columns of ``b``.
-
-    NumPy operands: the CPU reference (:func:`ozaki_backend.reference.scaling.exponent_spread`);
-    CuPy operands: the CUDA engine's kernels, bit for bit the same integer.
-    ``plan``, when given, must match the operands' shape.
-    """
-    if type(a).__module__.split(".")[0] == "cupy" or type(b).__module__.split(".")[0] == "cupy":
-        from .cuda.scaling import exponent_spread as spread
-    else:
-        from .reference.scaling import exponent_spread as spread
-    sa, sb = tuple(np.shape(a)), tuple(np.shape(b))
-    if len(sa) != 2 or len(sb) != 2 or sa[1] != sb[0]:
-        raise ValueError(f"exponent_spread needs 2-D operands (m, k) @ (k, n); got {sa} "
-                         f"and {sb}")
-    if plan is not None and (sa[0], sb[1], sa[1]) != (plan.m, plan.n, plan.k):
-        raise ValueError(f"plan is for ({plan.m} x {plan.k}) @ ({plan.k} x {plan.n}); "
-                         f"operands are ({sa[0]} x {sa[1]}) @ ({sb[0]} x {sb[1]})")
-    return int(spread(a, b))
+sys.modules[__name__].__class__ = _CallableModule

@@ -484,7 +484,7 @@ def error_bound(A, B, plan=None, C=None):
     if plan.scheme != "ozaki2":
         raise NotImplementedError("error_bound covers scheme='ozaki2' only")
     if C is None:
-        from .reference.pipeline import matmul_2d
+        from .reference.engine import product_2d as matmul_2d
 
         C = matmul_2d(A, B, plan)
     C = np.asarray(C, dtype=np.float64)

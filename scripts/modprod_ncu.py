@@ -7,7 +7,7 @@ import cupy
 import numpy as np
 
 from ozaki_backend.cuda import modgemm, modprod
-from ozaki_backend.moduli import MODULI
+from ozaki_backend.spec.moduli import MODULI
 
 n, N = 4096, 15
 rng = cupy.random.default_rng(0)

@@ -18,7 +18,7 @@ import numpy as np
 
 from ozaki_backend.bench import median_device_time
 from ozaki_backend.cuda import modgemm, modprod
-from ozaki_backend.moduli import MODULI
+from ozaki_backend.spec.moduli import MODULI
 
 PEAK = 1979e12
 

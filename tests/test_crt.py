@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from ozaki_backend.moduli import MAX_MODULI, MIN_MODULI, MODULI, crt_constants
+from ozaki_backend.spec.moduli import MAX_MODULI, MIN_MODULI, MODULI, crt_constants
 from ozaki_backend.reference import crt, modgemm
 from ozaki_backend.reference.residues import residues
 

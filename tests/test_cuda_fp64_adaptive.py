@@ -12,7 +12,7 @@ import ozaki_backend as ob
 from ozaki_backend.calibrate import case_operands
 from ozaki_backend.plan import Plan
 from ozaki_backend.reference import scaling as rsc
-from ozaki_backend.reference.pipeline import matmul_2d as ref_2d
+from ozaki_backend.reference.engine import product_2d as ref_2d
 
 cupy = pytest.importorskip("cupy")
 pytestmark = pytest.mark.gpu

@@ -9,9 +9,10 @@ reference. Marked ``gpu``; the wgmma cases also skip on GPUs other than Hopper.
 import numpy as np
 import pytest
 
-from ozaki_backend import modular
-from ozaki_backend.plan import PHASE22_PRIMES, Plan
-from ozaki_backend.reference.pipeline import matmul_2d as ref_2d
+from ozaki_backend.spec import remainders
+from ozaki_backend.plan import Plan
+from ozaki_backend.spec.seed import PRIMES as PHASE22_PRIMES
+from ozaki_backend.reference.engine import product_2d as ref_2d
 
 cupy = pytest.importorskip("cupy")
 pytestmark = pytest.mark.gpu
@@ -109,7 +110,7 @@ def test_largest_accumulators_and_folds():
     # All residues -128 (products 2^14) over more than two fold intervals: the
     # accumulator reaches the largest value the kernel's remainder must handle.
     rows, cols = 130, 70
-    k = 2 * modular.FOLD_K + 300
+    k = 2 * remainders.FOLD_K + 300
     RA = np.full((2, rows, -(-k // 16) * 16), -128, dtype=np.int8)
     RA[:, :, k:] = 0
     RB = RA[:, :cols].copy()
@@ -199,8 +200,10 @@ def test_plan_says_which_gemm_path():
     import ozaki_backend
     from ozaki_backend.cuda import tuning
 
+    from ozaki_backend.cuda.engine import gemm_path
+
     p = ozaki_backend.plan(4096, 4096, 4096, moduli=15)
-    text = p.gemm_path()
+    text = gemm_path(p)
     path, _, _ = tuning.choice(4096, 4096, 4096, 15)
     assert ("fused" in text) == (path == "wgmma")
     assert "GEMM path (GPU)" in repr(p)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import ozaki_backend as ob
-from ozaki_backend import phase22_tables as T
+from ozaki_backend.spec import seed as T
 from ozaki_backend.plan import Plan
 from ozaki_backend.reference import phase22 as R
 
@@ -87,11 +87,11 @@ def test_prelude_is_generated_from_the_tables():
         body = text[text.index(name + "["):].split("{", 1)[1].split("}", 1)[0]
         return [int(v.rstrip("ul")) for v in body.replace(" ", "").split(",")]
 
-    assert arr("OZ22_M") == list(T.d_M_arr)
+    assert arr("OZ22_M") == list(T.M_PREFIX)
     assert arr("OZ22_COEF") == list(T.coeffs_flat)
     assert arr("OZ22_OFF") == list(T.coeff_offsets)
     mu = arr("OZ22_MU")
-    assert mu[1:] == [2 ** 64 // M for M in T.d_M_arr[1:]]
+    assert mu[1:] == [2 ** 64 // M for M in T.M_PREFIX[1:]]
     assert mu[-1] == T.BARRETT_MU
     body = text[text.index("oz22_prime(int i)"):].split(";", 1)[0]
     assert tuple(int(v) for v in re.findall(r"\?\s*(\d+)", body)) + \
@@ -229,7 +229,7 @@ def test_choose_nl_tiles_matches_reference():
         np.testing.assert_array_equal(got, ref)
     # the boundary: 2 kc a b just below and just above M_nl (odd), where nl steps up
     for nl in range(1, 8):
-        M = T.d_M_arr[nl]
+        M = T.M_PREFIX[nl]
         found = set()
         # the nearest products on each side (M_7 / 2 lies beyond 4096 2^34: no upper side)
         for target in _interleave(range((M - 1) // 2, (M - 1) // 2 - 400, -1),
@@ -286,7 +286,7 @@ def test_choose_nl_refuses_the_out_of_range_chunk():
 # ------------------------------------------------------------------ reconstruction
 
 def _fold_py(s, nl):
-    M = T.d_M_arr[nl]
+    M = T.M_PREFIX[nl]
     r = s % M
     return r - M if 2 * r > M else r
 
@@ -300,7 +300,7 @@ def test_fold_is_exact_over_the_whole_u64_range():
     rng = np.random.default_rng(6)
     s_list, nl_list = [], []
     for nl in range(1, 8):
-        M = T.d_M_arr[nl]
+        M = T.M_PREFIX[nl]
         coef = T.coeffs_flat[T.coeff_offsets[nl]:T.coeff_offsets[nl] + nl]
         top = sum((p - 1) * f for p, f in zip(T.PRIMES, coef))
         bound = 7 * 126 * max(T.coeffs_flat)
@@ -339,7 +339,7 @@ def test_crt_reconstruct_nl_matches_reference(m, n):
     nlmap = R.expand_tiles(nl_tiles, m, n)
     if n > 3:
         for j, off in enumerate((0, 1, -1)):
-            Mn = T.d_M_arr[int(nlmap[0, j + 1])]
+            Mn = T.M_PREFIX[int(nlmap[0, j + 1])]
             x = (Mn - 1) // 2 * (1 if off >= 0 else -1) + (0 if off == 0 else -off)
             c[:, 0, j + 1] = [x % p for p in T.PRIMES]
     ref = R.crt_reconstruct_nl(c, nlmap)
@@ -378,7 +378,7 @@ def test_crt_finalize_fused_matches_reference(nchunks, xin, xout, fin):
     for g in range(nchunks):
         for P in range(4):
             nlmap = R.expand_tiles(nl[g, P], m, n)
-            Mh = np.array([T.d_M_arr[v] // 2 for v in range(8)], dtype=np.int64)[nlmap]
+            Mh = np.array([T.M_PREFIX[v] // 2 for v in range(8)], dtype=np.int64)[nlmap]
             val = rng.integers(-2 ** 62, 2 ** 62, (m, n), dtype=np.int64) % (2 * Mh + 1) - Mh
             val[0, :3] = [Mh[0, 0], -Mh[0, 1], 0]       # the fold's edges
             c = _random_residues(rng, val)
@@ -578,7 +578,7 @@ def test_strided_operands():
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 def test_pipeline_and_public_api_equal_cpu_engine():
-    from ozaki_backend.cuda import pipeline
+    from ozaki_backend.cuda import phase22 as pipeline
 
     for (m, k, n), kind in (((129, 4097, 65), "uniform"), ((40, 50, 30), "wide")):
         A, B = _operands(m, k, n, kind, 13)

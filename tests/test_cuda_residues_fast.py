@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from ozaki_backend.cuda.loader import read_source
-from ozaki_backend.moduli import MODULI
+from ozaki_backend.spec.moduli import MODULI
 from ozaki_backend.reference import residues as rres
 from ozaki_backend.reference import scaling as rsc
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from ozaki_backend.moduli import MAX_MODULI, MIN_MODULI, MODULI, crt_constants
+from ozaki_backend.spec.moduli import MAX_MODULI, MIN_MODULI, MODULI, crt_constants
 from ozaki_backend.cuda import _prelude
 from ozaki_backend.cuda.loader import read_source
 

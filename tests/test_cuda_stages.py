@@ -6,7 +6,7 @@ Marked ``gpu``: skipped where CuPy or a CUDA device is missing.
 import numpy as np
 import pytest
 
-from ozaki_backend.moduli import MAX_MODULI, MIN_MODULI, MODULI, crt_constants
+from ozaki_backend.spec.moduli import MAX_MODULI, MIN_MODULI, MODULI, crt_constants
 from ozaki_backend.plan import Plan
 from ozaki_backend.reference import crt as rcrt
 from ozaki_backend.reference import modgemm as rmod

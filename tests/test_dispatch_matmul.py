@@ -208,7 +208,7 @@ def test_exception_in_routed_path_falls_back_and_is_counted(monkeypatch, caplog)
         view = x[0]  # noqa: F841  (a view of NumPy's loop buffer in a traceback frame)
         raise RuntimeError("engine exploded")
 
-    monkeypatch.setattr(loophook._api, "_dispatch", broken)
+    monkeypatch.setattr(loophook._api, "product", broken)
     with ob.enabled(**CPU):
         r = a @ b
     assert same(r, nat)

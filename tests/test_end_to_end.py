@@ -12,8 +12,9 @@ import pytest
 
 import ozaki_backend as ob
 from ozaki_backend.calibrate import operands
-from ozaki_backend.moduli import MAX_MODULI, MIN_MODULI
-from ozaki_backend.plan import exponent_spread, moduli_for_fp64
+from ozaki_backend.spec.moduli import MAX_MODULI, MIN_MODULI
+from ozaki_backend.registry import exponent_spread
+from ozaki_backend.spec.rules import moduli_for_fp64
 from ozaki_backend.testing import (error_bound, exact_matmul, max_relative_error,
                                    phi_matrix)
 

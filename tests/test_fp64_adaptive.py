@@ -18,10 +18,12 @@ import pytest
 import ozaki_backend as ob
 from ozaki_backend.calibrate import (K_BUCKETS, OUTLIERS, PHIS, case_operands, close,
                                      fill_and_close, outlier_operands, spread_bucket)
-from ozaki_backend.moduli import MAX_MODULI, MIN_MODULI
-from ozaki_backend.plan import (_fp64_table, exponent_spread, fp64_rule, moduli_for_fp64)
+from ozaki_backend.spec.moduli import MAX_MODULI, MIN_MODULI
+from ozaki_backend.registry import exponent_spread
+from ozaki_backend.spec.rules import fp64_rule, moduli_for_fp64
+from ozaki_backend.spec.rules import fp64_table as _fp64_table
 from ozaki_backend.reference import scaling
-from ozaki_backend.reference.pipeline import matmul_2d
+from ozaki_backend.reference.engine import product_2d as matmul_2d
 from ozaki_backend.testing import (error_bound, exact_matmul, max_relative_error,
                                    phi_matrix)
 

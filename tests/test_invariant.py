@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from ozaki_backend.moduli import MAX_MODULI, MIN_MODULI, crt_constants
+from ozaki_backend.spec.moduli import MAX_MODULI, MIN_MODULI, crt_constants
 from ozaki_backend.plan import Plan
 from ozaki_backend.reference import scaling
 from ozaki_backend.testing import phi_matrix

@@ -40,7 +40,7 @@ import numpy as np
 import pytest
 
 import ozaki_backend as ob
-from ozaki_backend import phase22_tables as T
+from ozaki_backend.spec import seed as T
 from ozaki_backend.reference import phase22 as P
 
 U = 2.0 ** -53

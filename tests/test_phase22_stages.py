@@ -10,7 +10,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from ozaki_backend import phase22_tables as T
+from ozaki_backend.spec import seed as T
 from ozaki_backend.reference import phase22 as P
 
 # ---------------------------------------------------------------- Python oracles
@@ -167,7 +167,7 @@ def test_debug_matrix_residue_layout():
     x, nl_tiles = P.pass_chunk(A, B)
     assert np.array_equal(x, A @ B)
     thr = k * int(A.max()) * int(B.max())
-    assert nl_tiles.tolist() == [[min(nl for nl in range(1, 8) if 2 * thr < T.d_M_arr[nl])]]
+    assert nl_tiles.tolist() == [[min(nl for nl in range(1, 8) if 2 * thr < T.M_PREFIX[nl])]]
 
 
 def test_seed_2x2_example_layer_by_layer():
@@ -204,7 +204,7 @@ def test_choose_nl_tiles_per_tile_against_python():
             ma = int(np.abs(a[ti * 128:(ti + 1) * 128]).max())
             mb = int(np.abs(b[:, tj * 64:(tj + 1) * 64]).max())
             thr = kc * ma * mb
-            want = min(nl for nl in range(1, 8) if thr < Fraction(T.d_M_arr[nl], 2))
+            want = min(nl for nl in range(1, 8) if thr < Fraction(T.M_PREFIX[nl], 2))
             assert got[ti, tj] == want
     assert got[2].tolist() == [1, 1, 1]
     assert len(set(got.ravel().tolist())) >= 3

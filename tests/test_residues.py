@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ozaki_backend.moduli import MODULI
+from ozaki_backend.spec.moduli import MODULI
 from ozaki_backend.reference.residues import residues
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import ozaki_backend as ob
-from ozaki_backend.moduli import crt_constants, lambda_exponent
+from ozaki_backend.spec.moduli import crt_constants, lambda_exponent
 from ozaki_backend.reference import scaling
 
 
@@ -81,7 +81,7 @@ def test_scale_invariance(mode):
 
 
 def test_guaranteed_bits_are_kept():
-    from ozaki_backend.plan import guaranteed_bits
+    from ozaki_backend.spec.rules import guaranteed_bits
 
     rng = np.random.default_rng(4)
     for mode in ("fast", "accurate"):

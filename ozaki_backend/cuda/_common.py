@@ -11,7 +11,7 @@ import struct
 import cupy
 import numpy as np
 
-from ..moduli import crt_constants
+from ..spec.moduli import crt_constants
 
 #: k is padded to a multiple of this (16-byte aligned int8 rows: cuBLAS's IMMA path).
 KPAD = 16

@@ -2,7 +2,7 @@
 
 Mirrors :mod:`ozaki_backend.reference.crt` (``docs/spec.md`` §6–7). ``kernels/crt.cu``
 is compiled once per moduli count with a generated prelude holding the exact CRT
-constants as 32-bit limbs (from :func:`ozaki_backend.moduli.crt_constants`):
+constants as 32-bit limbs (from :func:`ozaki_backend.spec.moduli.crt_constants`):
 
     Y' = M/2 + sum_l c_l w_l,      w_l = (M/p_l) ((M/p_l)^-1 mod p_l) mod M,
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import cupy
 import numpy as np
 
-from ..moduli import MODULI
+from ..spec.moduli import MODULI
 from . import loader
 from ._prelude import crt_prelude as prelude
 
@@ -80,14 +80,4 @@ def reconstruct_round(c, moduli, s, t):
     s32 = cupy.asarray(s).astype(np.int32)
     t32 = cupy.asarray(t).astype(np.int32)
     crt_into(C, N, m, n, s32, t32, out)
-    return out
-
-
-def apply_alpha_beta(C, alpha, beta, C0=None):
-    """Spec §7 on device arrays, one rounding per operation (no fused multiply-add)."""
-    alpha = float(alpha)
-    beta = float(beta)
-    out = C if alpha == 1.0 else cupy.multiply(alpha, C)
-    if beta != 0.0:
-        out = cupy.add(out, cupy.multiply(beta, cupy.asarray(C0, dtype=np.float64)))
     return out

@@ -29,7 +29,7 @@ import cupy
 import numpy as np
 from cupy.cuda import cublas
 
-from ..moduli import KSPLIT
+from ..spec.moduli import KSPLIT
 from . import loader
 from ._common import KPAD, LDC_PAD, blocks, round_up
 

@@ -11,7 +11,7 @@ Two backends give the same bytes (the integers are exact, the remainder unique):
 ``"wgmma"``
     ``kernels/modprod.cu``, Hopper only (sm_90a): bulk tensor copies into a
     shared-memory ring, ``wgmma`` INT8 products in registers, the remainder taken on
-    the accumulators (multiply-high, :mod:`ozaki_backend.modular`), one byte written
+    the accumulators (multiply-high, :mod:`ozaki_backend.spec.remainders`), one byte written
     per element. The int32 products never reach device memory.
 ``"cublas"``
     one ``cublasGemmEx`` per item into an int32 buffer, then a reduction pass
@@ -32,7 +32,7 @@ from functools import lru_cache
 import cupy
 import numpy as np
 
-from .. import modular
+from ..spec import remainders
 from . import loader, modgemm
 from ._common import blocks, round_up
 from .errors import CudaEngineError
@@ -128,8 +128,8 @@ def item_table(items):
     """The kernel's item records: planes, modulus, its magic pair and bias, level."""
     rec = np.zeros(len(items), dtype=_ITEM)
     for q, (a, b, p, level) in enumerate(items):
-        m, s = modular.magic(int(p))
-        rec[q] = (a, b, p, m, s, modular.bias(int(p)), level, 0)
+        m, s = remainders.magic(int(p))
+        rec[q] = (a, b, p, m, s, remainders.bias(int(p)), level, 0)
     return rec
 
 
@@ -217,8 +217,8 @@ def _cublas(RA, RB, items, out, rows, cols, k0, kc, need):
     grid = (blocks(rows * cols),)
     dims = (np.int64(ldc), np.int32(rows), np.int32(cols))
     for q, (a, b, p, _level) in enumerate(items):
-        for c, kk in enumerate(range(k0, k0 + kc, modular.FOLD_K)):
-            kl = min(modular.FOLD_K, k0 + kc - kk)
+        for c, kk in enumerate(range(k0, k0 + kc, remainders.FOLD_K)):
+            kl = min(remainders.FOLD_K, k0 + kc - kk)
             if c:  # into [0, p) so that the next chunk cannot overflow int32
                 fold(grid, (256,), (C,) + dims + (np.uint32(p),))
             modgemm.gemm_tn(RA.data.ptr + a * sa + kk, RB.data.ptr + b * sb + kk, C.data.ptr,

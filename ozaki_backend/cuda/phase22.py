@@ -64,16 +64,14 @@ import os
 import cupy
 import numpy as np
 
-from .. import phase22_tables as T
-from ..reference import phase22 as _ref
+from ..semantics import check_plan_and_shapes
+from ..spec import seed as T
+from ..spec.seed import K_MAX, TILE_M, TILE_N
 from . import loader
 from ._common import INT_MIN, KPAD, as_rows, blocks, free_device_bytes, round_up
 from ._prelude import phase22_prelude
 from .errors import CudaEngineError
 
-TILE_M = _ref.TILE_M
-TILE_N = _ref.TILE_N
-K_MAX = _ref.K_MAX
 
 #: Slice names in plane order: plane ``slice * NPRIMES + prime``.
 SLICES = ("hi", "lo")
@@ -577,8 +575,6 @@ def _residual_term(A, B, E, F):
 # ----------------------------------------------------------------------- driver
 
 def _check_inputs(A, B, plan):
-    from ..reference.phase22 import check_plan_and_shapes
-
     A = cupy.asarray(A, dtype=np.float64)
     B = cupy.asarray(B, dtype=np.float64)
     check_plan_and_shapes(A, B, plan)
@@ -667,11 +663,6 @@ def choose_blocks(m, n, kpad, nch, free=None):
             f"k = {kpad}) needs {_fixed_bytes(n, kpad, nch) + _row_block_bytes(TILE_M, n, kpad, nch)}"
             f" bytes of workspace, {int(free * MEMORY_FRACTION)} are available")
     return tm, g
-
-
-def choose_row_block(m, n, kpad, nch, free=None):
-    """Rows of A per output block (see :func:`choose_blocks`)."""
-    return choose_blocks(m, n, kpad, nch, free)[0]
 
 
 def _view(buf, shape):
@@ -847,5 +838,5 @@ __all__ = ["TILE_M", "TILE_N", "K_MAX", "SLICES", "NPLANES", "prelude", "row_exp
            "col_exponents", "prescale", "residue_planes_into", "split_hi_lo", "recombine",
            "residues_01", "choose_nl_chunks", "choose_nl_tiles", "expand_tiles",
            "crt_finalize_into", "crt_reconstruct_nl", "finalize_into", "accumulate_passes",
-           "finalize", "residual_correction", "choose_blocks", "choose_row_block", "matmul_2d",
+           "finalize", "residual_correction", "choose_blocks", "matmul_2d",
            "matmul_2d_trace"]

@@ -22,8 +22,9 @@ from contextlib import contextmanager
 import cupy
 import numpy as np
 
+from ..semantics import apply_alpha_beta
+from ..spec.moduli import MODULI
 from . import crt, modgemm, modprod, residues, scaling, tuning
-from ..moduli import MODULI
 from ._common import KPAD, LDC_PAD, Workspace, free_device_bytes, round_up
 from .errors import CudaEngineError
 from .scaling import BoundMatrix
@@ -149,7 +150,7 @@ def product_into(A, B, plan, out, *, alpha=1.0, beta=0.0, C0=None, phases=None,
     if k == 0:
         out.fill(0.0)
         if alpha != 1.0 or beta != 0.0:
-            out[...] = crt.apply_alpha_beta(out, alpha, beta, C0)
+            out[...] = apply_alpha_beta(out, alpha, beta, C0)
         return out
     # The moduli count: the plan's, or for precision="fp64" the table entry for the
     # operands' exponent spread (one pass over A and B, one 8-byte read, which also
@@ -213,16 +214,3 @@ def ozaki2_2d(A, B, plan):
     B = cupy.asarray(B, dtype=np.float64)
     out = cupy.empty((A.shape[0], B.shape[1]), dtype=np.float64)
     return product_into(A, B, plan, out)
-
-
-def matmul_2d(A, B, plan):
-    """Product of 2-D finite float64 operands with ``plan`` (either scheme), on device.
-
-    ``phase22`` runs its own kernels (:mod:`ozaki_backend.cuda.phase22`).
-    """
-    if plan.scheme == "phase22":
-        from . import phase22
-
-        return phase22.matmul_2d(cupy.asarray(A, dtype=np.float64),
-                                 cupy.asarray(B, dtype=np.float64), plan)
-    return ozaki2_2d(A, B, plan)

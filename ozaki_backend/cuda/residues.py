@@ -12,7 +12,7 @@ from __future__ import annotations
 import cupy
 import numpy as np
 
-from ..moduli import MODULI
+from ..spec.moduli import MODULI
 from . import loader
 from ._common import KPAD, as_rows, round_up
 

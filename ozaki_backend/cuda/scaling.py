@@ -28,7 +28,7 @@ import cupy
 import numpy as np
 
 from .. import _stats
-from ..reference.scaling import ACCURATE_D, fast_quant_bits
+from ..spec.rules import ACCURATE_D, fast_quant_bits
 from . import loader
 from ._common import INT_MAX, INT_MIN, KPAD, LDC_PAD, as_rows, blocks, h_params, lam1, round_up
 from .modgemm import gemm_tn

@@ -190,10 +190,11 @@ def _info() -> dict:
 
     import numpy as np
 
-    from .. import __version__
-    from ..cuda import availability
-    from ..moduli import MODULI
-    from ..plan import Plan, _fp64_table
+    from .._version import __version__
+    from ..plan import Plan
+    from ..registry import cuda_availability as availability
+    from ..spec.moduli import MODULI
+    from ..spec.rules import fp64_table as _fp64_table
     from . import config as _config
     from . import env as _env
     from . import loophook, patches, routing

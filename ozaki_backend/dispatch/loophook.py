@@ -108,7 +108,7 @@ def _route(a, b, out) -> bool:
         opts = dict(cfg.opts, engine=d.engine)
         with _native.suspended():
             # A fresh result, then one copy: `out` may alias `a` or `b`.
-            res = _api._dispatch(a, b, opts)
+            res = _api.product(a, b, opts)
             out[...] = res
         count_entry(ENTRY)
         return True

@@ -102,7 +102,7 @@ def _routed(cfg, a, b, entry, *, alpha=1.0, beta=0.0, c=None):
         return _NOT
     try:
         with _native.suspended():
-            res = _api._dispatch(a, b, dict(cfg.opts, engine=d.engine), alpha=alpha,
+            res = _api.product(a, b, dict(cfg.opts, engine=d.engine), alpha=alpha,
                                  beta=beta, c=c)
     except Exception as exc:
         fallback(entry, exc)

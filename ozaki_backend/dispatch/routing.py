@@ -24,6 +24,7 @@ import time
 from collections import deque
 from functools import lru_cache
 
+from .. import registry
 from .config import NEVER
 
 
@@ -208,14 +209,7 @@ def cost_model() -> CostModel:
 # --------------------------------------------------------------------------- engine
 def resolve_engine(config) -> tuple[str, str]:
     """``(engine, why)``: the engine a routed product of this config would use."""
-    if config.engine == "cpu":
-        return "cpu", "engine='cpu'"
-    if config.engine == "cuda":
-        return "cuda", "engine='cuda'"
-    from ..cuda import availability
-
-    ok, why = availability()
-    return ("cuda", why) if ok else ("cpu", f"no usable GPU ({why})")
+    return registry.resolve_name(config.engine)
 
 
 def floor(config) -> int:

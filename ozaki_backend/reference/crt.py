@@ -26,6 +26,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..spec.moduli import MODULI, crt_constants
+
 LIMB = 24
 NLIMB = 8                      # 192 bits: |S| < 2^(155 + 12) plus a sign limb
 _MASK = (1 << LIMB) - 1
@@ -44,16 +46,14 @@ def _limbs_of(x: int, signed: bool = True):
 
 @lru_cache(maxsize=None)
 def _tables(moduli: tuple):
-    from math import prod
-
-    M = prod(moduli)
+    cc = crt_constants(len(moduli))
+    if cc.moduli != moduli:
+        raise ValueError(f"the moduli must be a prefix of the table {MODULI}; got {moduli}")
+    M = cc.M
     F = np.zeros((len(moduli), NLIMB), dtype=np.float64)
-    for l, p in enumerate(moduli):
-        Ml = M // p
-        f = Ml * pow(Ml % p, -1, p) % M
-        if f > M // 2:
-            f -= M             # symmetric coefficient keeps the limb sums small
-        F[l] = _limbs_of(f)
+    for l, w in enumerate(cc.weights):
+        # The symmetric representative keeps the limb sums small.
+        F[l] = _limbs_of(w - M if w > M // 2 else w)
     Mlimbs = np.array(_limbs_of(M), dtype=np.int64)
     Mhalf = np.array(_limbs_of(M // 2), dtype=np.int64)
     return M, F, Mlimbs, Mhalf

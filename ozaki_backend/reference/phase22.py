@@ -26,15 +26,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import phase22_tables as T
+from ..semantics import check_plan_and_shapes
+from ..spec import seed as T
+from ..spec.seed import K_MAX, TILE_M, TILE_N
 from .scaling import row_exponents as _scaling_row_exponents
 
-#: Output tile of the seed's fused kernel: 128 rows of A x 64 columns of B.
-TILE_M = 128
-TILE_N = 64
-
 _PRIMES = np.array(T.PRIMES, dtype=np.int64)
-_M_ARR = np.array(T.d_M_arr, dtype=np.int64)  # < 2^48: int64 is exact
+_M_ARR = np.array(T.M_PREFIX, dtype=np.int64)  # < 2^48: int64 is exact
 
 # _COEF[nl, i] = coefficient i of the prefix of nl primes (read from the flat table
 # through the offsets, exactly as the kernel does), 0 for i >= nl so that a
@@ -47,10 +45,6 @@ del _nl, _off
 
 _SCALE_HI = 2.0 ** T.SHIFT_HI
 _SCALE_LO = 2.0 ** T.SHIFT_LO
-
-#: Largest k for which the exact int64 sum of the chunk integers cannot overflow:
-#: ``|x_pass| <= k * 2^17 * 2^17 <= 2^63 - 1`` needs ``k <= 2^29 - 1``.
-K_MAX = 2 ** 29 - 1
 
 
 # --------------------------------------------------------------------------- scaling
@@ -455,7 +449,7 @@ def accumulate_passes(xs):
     Parameters
     ----------
     xs : sequence of 4 ndarrays of int64
-        Pass integers in :data:`~ozaki_backend.phase22_tables.PASSES` order
+        Pass integers in :data:`~ozaki_backend.spec.seed.PASSES` order
         (hi x hi, hi x lo, lo x hi, lo x lo).
 
     Returns
@@ -524,22 +518,6 @@ def residual_correction(v, w, hiA, loA, hiB, loB, E, F):
 
 
 # ----------------------------------------------------------------------- driver
-
-def check_plan_and_shapes(A, B, plan):
-    """Both engines' argument check: a ``phase22`` plan for these 2-D shapes with a
-    valid k chunk (``A``, ``B``: any arrays with ``ndim`` and ``shape``)."""
-    if getattr(plan, "scheme", None) != "phase22":
-        raise ValueError(f"plan.scheme must be 'phase22'; got {getattr(plan, 'scheme', None)!r}")
-    if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
-        raise ValueError(f"need 2-D operands (m, k) @ (k, n); got {A.shape} @ {B.shape}")
-    m, k = A.shape
-    n = B.shape[1]
-    if (plan.m, plan.n, plan.k) != (m, n, k):
-        raise ValueError(f"plan is for ({plan.m} x {plan.k}) @ ({plan.k} x {plan.n}); "
-                         f"operands are ({m} x {k}) @ ({k} x {n})")
-    if not 1 <= plan.k_chunk <= T.K_CHUNK_MAX:
-        raise ValueError(f"plan.k_chunk must be in [1, {T.K_CHUNK_MAX}]")
-
 
 def _check_inputs(A, B, plan):
     A = np.asarray(A, dtype=np.float64)

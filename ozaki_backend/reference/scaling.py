@@ -30,19 +30,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..moduli import crt_constants, lambda_exponent
-
-#: Quantisation bits of the accurate mode: alpha, beta <= 64 fit in int8 and
-#: k * 64**2 < 2**31 keeps the bound GEMM exact in int32 for k < 2**19.
-ACCURATE_D = 6
+from ..spec.moduli import crt_constants, lambda_exponent
+from ..spec.rules import ACCURATE_D, fast_quant_bits
 
 _NO_EXP = np.iinfo(np.int64).min
 _SPREAD_BLOCK = 1 << 20   # elements per block of row_spreads' temporaries
-
-
-def fast_quant_bits(k: int) -> int:
-    """``D`` of the fast mode: every ``S_i <= k 4^D`` stays below 2**53."""
-    return min(16, (53 - max(int(k), 1).bit_length()) // 2)
 
 
 def row_exponents(A):
@@ -169,8 +161,8 @@ def shifts_accurate(A, B, n_moduli: int):
 def exponents(A, B, plan):
     """Row exponents ``s`` (m,) of A and column exponents ``t`` (n,) of B for ``plan``
     (an adaptive ``precision="fp64"`` plan first picks its moduli count from the
-    operands, :meth:`~ozaki_backend.plan.Plan.resolve`)."""
-    plan = plan.resolve(A, B)
+    operands' exponent spread, :meth:`~ozaki_backend.plan.Plan.for_spread`)."""
+    plan = plan.for_spread(exponent_spread(A, B))
     n_moduli = len(plan.moduli)
     if plan.mode == "fast":
         return shifts_fast(A, B, n_moduli)

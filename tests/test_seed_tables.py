@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from ozaki_backend import phase22_tables as T
+from ozaki_backend.spec import seed as T
 from ozaki_backend.reference import phase22 as P
 
 # --- as printed in the seed posts -------------------------------------------------
@@ -34,10 +34,10 @@ def test_primes_and_M_match_the_posts():
 
 
 def test_prefix_products_match_the_posts():
-    assert len(T.d_M_arr) == 8
-    assert T.d_M_arr[0] == 1  # reserved: empty product
+    assert len(T.M_PREFIX) == 8
+    assert T.M_PREFIX[0] == 1  # reserved: empty product
     for nl, Mn in POST_PREFIX.items():
-        assert T.d_M_arr[nl] == Mn == math.prod(POST_PRIMES[:nl])
+        assert T.M_PREFIX[nl] == Mn == math.prod(POST_PRIMES[:nl])
 
 
 def test_flat_table_layout_and_nl7_coefficients():
@@ -55,7 +55,7 @@ def test_flat_table_layout_and_nl7_coefficients():
 
 @pytest.mark.parametrize("nl", range(1, 8))
 def test_coefficients_are_crt_building_blocks(nl):
-    Mn = T.d_M_arr[nl]
+    Mn = T.M_PREFIX[nl]
     f = T.crt_coefficients(nl)
     assert len(f) == nl
     for i, fi in enumerate(f):
@@ -87,7 +87,7 @@ SCALARS = [0, 1, -1, 123456789, -123456789, T.M // 2 - 1, -(T.M // 2 - 1), HALF,
 def test_scalar_crt_every_nl_that_holds_x(x):
     used = 0
     for nl in range(1, 8):
-        Mn = T.d_M_arr[nl]
+        Mn = T.M_PREFIX[nl]
         if 2 * abs(x) >= Mn:
             continue
         used += 1
@@ -98,7 +98,7 @@ def test_scalar_crt_every_nl_that_holds_x(x):
         assert P.crt_reconstruct_nl(c, nl).tolist() == [x]
     assert used >= 1
     # and a prefix too small wraps around: the fold is doing real work
-    too_small = [nl for nl in range(1, 8) if 2 * abs(x) >= T.d_M_arr[nl]]
+    too_small = [nl for nl in range(1, 8) if 2 * abs(x) >= T.M_PREFIX[nl]]
     for nl in too_small:
         r = [x % p for p in T.PRIMES]
         assert T.reconstruct_int(r, nl) != x
@@ -109,7 +109,7 @@ def test_vectorised_crt_mixed_nl_map():
     rng = np.random.default_rng(7)
     xs = [0, 1, -1, 63, -63, 64, 7175, -7175, 7176, HALF, -HALF]
     xs += [int(v) for v in rng.integers(-HALF, HALF, 40, endpoint=True)]
-    nls = [min(nl for nl in range(1, 8) if 2 * abs(x) < T.d_M_arr[nl]) for x in xs]
+    nls = [min(nl for nl in range(1, 8) if 2 * abs(x) < T.M_PREFIX[nl]) for x in xs]
     c = np.array([[x % p for x in xs] for p in T.PRIMES], dtype=np.int64)
     got = P.crt_reconstruct_nl(c, np.array(nls))
     assert got.tolist() == xs

@@ -50,6 +50,10 @@ class CRTConstants:
     garner_inv : tuple of int
         ``garner_inv[l] = prefix[l]^-1 mod p_{l+1}`` for Garner's mixed-radix algorithm
         (entry 0 unused, set to 1).
+    weights : tuple of int
+        The CRT weights ``w_l = (M/p_l) ((M/p_l)^-1 mod p_l) mod M`` in ``[0, M)``:
+        ``1`` modulo ``p_l``, ``0`` modulo every other modulus, so
+        ``X = sum_l c_l w_l (mod M)``.
     """
 
     def __init__(self, n: int):
@@ -66,6 +70,8 @@ class CRTConstants:
         self.garner_inv = tuple(
             1 if l == 0 else pow(prefix[l] % p, -1, p) for l, p in enumerate(self.moduli)
         )
+        self.weights = tuple((self.M // p) * pow((self.M // p) % p, -1, p) % self.M
+                             for p in self.moduli)
 
     @property
     def log2_M(self) -> float:

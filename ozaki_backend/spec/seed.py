@@ -1,26 +1,27 @@
-"""CRT constants of the seed scheme ``scheme="phase22"`` (``docs/spec.md`` §9).
+"""The seed scheme ``scheme="phase22"``: its primes, CRT tables, split and limits (``docs/spec.md`` §9).
 
 Everything is computed here with exact Python integers, at import, from the seven
 primes alone, so the table cannot drift from the primes (the seed's own debugging
 advice: never mix a coefficient table with another prime set). The numbers printed in
 the seed posts (``M``, the prefix products, the seven ``nl = 7`` coefficients) are
-checked against these in ``tests/test_phase22_tables.py``.
+checked against these in ``tests/spec/test_seed_tables.py``. Both engines (and the
+generated CUDA prelude) read every constant of the scheme from here.
 
-Layout (the seed's CUDA ``__constant__`` tables, kept for the later fused kernel):
+Layout (the seed's CUDA ``__constant__`` tables, whose names appear in brackets):
 
-``d_primes[7]``
+``PRIMES`` (``d_primes[7]``)
     ``127, 113, 109, 107, 103, 101, 97``: all below 128, so residues in ``[0, p)`` are
     ``0..126`` and fit a signed ``int8_t`` without changing sign.
-``d_M_arr[8]``
+``M_PREFIX`` (``d_M_arr[8]``)
     Prefix products ``M_nl = p_1 ... p_nl``; entry 0 is reserved (``1``, the empty
     product).
-``d_coeffs_flat[29]``
+``coeffs_flat`` (``d_coeffs_flat[29]``)
     For each ``nl = 1..7`` the ``nl`` coefficients
     ``f_i = (M_nl / p_i) * ((M_nl / p_i)^-1 mod p_i)`` of the prefix ``M_nl``, stored
     one after another; entry 0 is reserved (``0``).
-``d_coeff_offsets[8]``
+``coeff_offsets`` (``d_coeff_offsets[8]``)
     ``{0, 1, 2, 4, 7, 11, 16, 22}``: the ``nl`` coefficients live at
-    ``d_coeffs_flat[offset[nl] : offset[nl] + nl]`` (``1 + 2 + ... + (nl - 1)`` after
+    ``coeffs_flat[offset[nl] : offset[nl] + nl]`` (``1 + 2 + ... + (nl - 1)`` after
     the reserved slot).
 
 Reconstruction of an integer ``x`` with ``|x| < M_nl / 2`` from ``r_i = x mod p_i``::
@@ -51,9 +52,9 @@ def _prefix_products(primes):
     return tuple(out)
 
 
-#: ``d_M_arr[nl] = p_1 * ... * p_nl`` for ``nl = 1..7``; ``d_M_arr[0] = 1`` (reserved).
-d_M_arr = _prefix_products(PRIMES)
-assert d_M_arr[NPRIMES] == M
+#: ``M_PREFIX[nl] = p_1 * ... * p_nl`` for ``nl = 1..7``; ``M_PREFIX[0] = 1`` (reserved).
+M_PREFIX = _prefix_products(PRIMES)
+assert M_PREFIX[NPRIMES] == M
 
 
 def coefficients_for(primes) -> tuple[int, ...]:
@@ -125,12 +126,6 @@ coeffs_flat, coeff_offsets = _flat_table()
 assert len(coeffs_flat) == 1 + NPRIMES * (NPRIMES + 1) // 2 == 29
 assert coeff_offsets == (0, 1, 2, 4, 7, 11, 16, 22)
 
-#: Alias with the seed's CUDA name.
-d_coeffs_flat = coeffs_flat
-#: Alias with the seed's CUDA name.
-d_coeff_offsets = coeff_offsets
-#: Alias with the seed's CUDA name.
-d_primes = PRIMES
 
 #: Ozaki split scales: ``hi = round(v * 2**SHIFT_HI)``, ``lo = round((v - hi * 2**-SHIFT_HI) * 2**SHIFT_LO)``.
 SHIFT_HI = 17
@@ -166,6 +161,15 @@ assert BARRETT_MU == 109218
 MAGIC_U32 = tuple(2 ** 32 // p for p in PRIMES)
 assert 126 ** 2 * K_CHUNK_MAX < 2 ** 32
 
+#: Output tile of the adaptive prime count (the seed's fused kernel): 128 rows of A x
+#: 64 columns of B share one ``nl`` per pass and k chunk.
+TILE_M = 128
+TILE_N = 64
+
+#: Longest k: the exact int64 sum of the chunk integers of a pass cannot overflow,
+#: ``|x_pass| <= k * 2^17 * 2^17 <= 2^63 - 1`` needs ``k <= 2^29 - 1``.
+K_MAX = 2 ** 29 - 1
+
 
 def reconstruct_int(residues, nl: int) -> int:
     """Scalar CRT reconstruction exactly as the seed's kernel writes it (Python ints).
@@ -184,7 +188,7 @@ def reconstruct_int(residues, nl: int) -> int:
         ``-M_nl/2 < x < M_nl/2`` (``M_nl`` is odd).
     """
     f = crt_coefficients(nl)
-    Mn = d_M_arr[nl]
+    Mn = M_PREFIX[nl]
     s = 0
     for i in range(nl):
         r = int(residues[i])
@@ -195,8 +199,7 @@ def reconstruct_int(residues, nl: int) -> int:
     return s - Mn if 2 * s > Mn else s
 
 
-__all__ = ["PRIMES", "NPRIMES", "M", "d_M_arr", "coeffs_flat", "coeff_offsets",
-           "d_primes", "d_coeffs_flat", "d_coeff_offsets", "coefficients_for",
-           "crt_coefficients",
-           "SHIFT_HI", "SHIFT_LO", "PASSES", "K_CHUNK_MAX", "BARRETT_MU", "MAGIC_U32",
+__all__ = ["PRIMES", "NPRIMES", "M", "M_PREFIX", "coeffs_flat", "coeff_offsets",
+           "coefficients_for", "crt_coefficients", "SHIFT_HI", "SHIFT_LO", "PASSES",
+           "K_CHUNK_MAX", "BARRETT_MU", "MAGIC_U32", "TILE_M", "TILE_N", "K_MAX",
            "reconstruct_int"]

@@ -1,7 +1,7 @@
 """Magic-number remainders of the fused kernel: exactness proven at the boundaries.
 
 The kernel (``kernels/modprod.cu``) reduces int32 accumulators with the constants of
-:mod:`ozaki_backend.modular`; these tests check the constants and their ranges with
+:mod:`ozaki_backend.spec.remainders`; these tests check the constants and their ranges with
 Python integers (no GPU). ``tests/test_cuda_modprod.py`` runs the kernel itself at the
 largest accumulators.
 """
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ozaki_backend import modular
-from ozaki_backend.moduli import MODULI
-from ozaki_backend.plan import PHASE22_PRIMES
+from ozaki_backend.spec import remainders
+from ozaki_backend.spec.moduli import MODULI
+from ozaki_backend.spec.seed import PRIMES as PHASE22_PRIMES
 
 ALL = sorted(set(MODULI) | set(PHASE22_PRIMES))
 KERNEL = Path(__file__).resolve().parents[1] / "kernels" / "modprod.cu"
@@ -22,46 +22,46 @@ KERNEL = Path(__file__).resolve().parents[1] / "kernels" / "modprod.cu"
 def test_ranges_fit_the_kernel_arithmetic():
     # One fold interval of the largest products plus a residue stays below 2^30, so
     # u = x + bias is a non-negative 32-bit value below U_MAX.
-    assert modular.X_MAX < 2 ** 30
-    assert modular.U_MAX <= 2 ** 31 + 2 ** 9
-    assert all(2 ** 30 <= modular.bias(p) < 2 ** 30 + p for p in ALL)
-    assert all(modular.bias(p) % p == 0 for p in ALL)
-    assert all(modular.bias(p) - modular.X_MAX >= 0 for p in ALL)
-    assert all(modular.bias(p) + modular.X_MAX < modular.U_MAX for p in ALL)
+    assert remainders.X_MAX < 2 ** 30
+    assert remainders.U_MAX <= 2 ** 31 + 2 ** 9
+    assert all(2 ** 30 <= remainders.bias(p) < 2 ** 30 + p for p in ALL)
+    assert all(remainders.bias(p) % p == 0 for p in ALL)
+    assert all(remainders.bias(p) - remainders.X_MAX >= 0 for p in ALL)
+    assert all(remainders.bias(p) + remainders.X_MAX < remainders.U_MAX for p in ALL)
 
 
 def test_kernel_constants_match():
     src = KERNEL.read_text()
     fold_k = int(re.search(r"#define OZ_FOLD_K (\d+)", src).group(1))
-    assert fold_k == modular.FOLD_K
+    assert fold_k == remainders.FOLD_K
     assert fold_k % 128 == 0  # whole k blocks at either block size
 
 
 @pytest.mark.parametrize("p", ALL)
 def test_magic_is_exact_on_the_whole_range(p):
-    m, s = modular.magic(p)
+    m, s = remainders.magic(p)
     assert m < 2 ** 32
-    assert modular.magic_exact(p, m, s, modular.U_MAX)
+    assert remainders.magic_exact(p, m, s, remainders.U_MAX)
     # The boundary values: the top of the range, and both sides of the multiples of p
     # nearest to it and to zero, where a too-small multiplier fails first.
-    top = modular.U_MAX - 1
+    top = remainders.U_MAX - 1
     us = {0, 1, p - 1, p, p + 1, top, top - 1}
     for base in (top - top % p, p * 2 ** 20):
         us.update(base + d for d in (-p - 1, -p, -1, 0, 1, p - 1))
-    for u in sorted(v for v in us if 0 <= v < modular.U_MAX):
+    for u in sorted(v for v in us if 0 <= v < remainders.U_MAX):
         assert ((u * m) >> 32) >> s == u // p, (p, u)
 
 
 def test_the_exactness_check_can_fail():
     # One shift less than chosen is inexact somewhere below U_MAX for these moduli.
     for p in (255, 253, 241, 127, 97):
-        m, s = modular.magic(p)
+        m, s = remainders.magic(p)
         if s == 0:
             continue
         m2 = -(-(2 ** (32 + s - 1)) // p)
-        assert not modular.magic_exact(p, m2, s - 1, modular.U_MAX)
+        assert not remainders.magic_exact(p, m2, s - 1, remainders.U_MAX)
         # ...and the failure is real: find a witness near a multiple of p at the top.
-        top = modular.U_MAX - 1
+        top = remainders.U_MAX - 1
         witness = [u for u in range(top - 4 * p, top + 1)
                    if ((u * m2) >> (32 + s - 1)) != u // p]
         assert witness
@@ -69,18 +69,18 @@ def test_the_exactness_check_can_fail():
 
 @pytest.mark.parametrize("p", ALL)
 def test_umod_at_the_largest_accumulators(p):
-    X = modular.X_MAX
+    X = remainders.X_MAX
     xs = [0, 1, -1, X, -X, X - 1, -X + 1, p, -p, 2 ** 29, -(2 ** 29)]
     xs += [X - X % p + d for d in (-1, 0, 1)] + [-(X - X % p) + d for d in (-1, 0, 1)]
     for x in xs:
         if abs(x) <= X:
-            assert modular.umod(x, p) == x % p, (p, x)
+            assert remainders.umod(x, p) == x % p, (p, x)
     with pytest.raises(ValueError):
-        modular.umod(X + 1, p)
+        remainders.umod(X + 1, p)
 
 
 def test_bad_modulus():
     with pytest.raises(ValueError):
-        modular.magic(1)
+        remainders.magic(1)
     with pytest.raises(ValueError):
-        modular.magic(257)
+        remainders.magic(257)

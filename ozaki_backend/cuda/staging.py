@@ -1,0 +1,180 @@
+"""Host operands in and out of the device through pinned staging buffers.
+
+NumPy operands move in chunks: worker threads copy a chunk from the NumPy array into a
+pinned buffer (NumPy releases the GIL) and queue its DMA, so host copies, DMAs and the
+other threads' copies overlap; the result comes back the same way. Pageable copies run
+at 6 GB/s H2D and 2.4 GB/s D2H on the H200 host against 55 GB/s pinned
+(``DESIGN.md`` §5). Each calling thread gets its own non-blocking stream, so concurrent
+calls from several threads run independently.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import cupy
+import numpy as np
+
+# --------------------------------------------------------------------------- staging
+
+#: Bytes per pinned staging buffer (a chunk of a transfer).
+CHUNK_BYTES = 8 << 20
+
+
+class _Staging:
+    """Pinned host buffers shared by all calls, and the worker threads that fill them."""
+
+    def __init__(self):
+        self.workers = max(2, min(16, os.cpu_count() or 2))
+        self.nslots = 2 * self.workers
+        self._free = queue.Queue()
+        self._made = 0
+        self._lock = threading.Lock()
+        self.pool = ThreadPoolExecutor(max_workers=self.workers,
+                                       thread_name_prefix="ozaki-staging")
+
+    def acquire(self):
+        try:
+            return self._free.get_nowait()
+        except queue.Empty:
+            pass
+        with self._lock:
+            if self._made < self.nslots:
+                self._made += 1
+                mem = cupy.cuda.alloc_pinned_memory(CHUNK_BYTES)
+                return np.ndarray((CHUNK_BYTES,), dtype=np.uint8, buffer=mem)
+        return self._free.get()
+
+    def release(self, slot):
+        self._free.put(slot)
+
+
+_staging = None
+_staging_lock = threading.Lock()
+
+
+def _get_staging():
+    global _staging
+    if _staging is None:
+        with _staging_lock:
+            if _staging is None:
+                _staging = _Staging()
+    return _staging
+
+
+_H2D = 1  # cudaMemcpyHostToDevice
+_D2H = 2  # cudaMemcpyDeviceToHost
+
+
+def _chunks(nbytes, step):
+    return [(o, min(step, nbytes - o)) for o in range(0, nbytes, step)]
+
+
+def _upload_flat(x, stream):
+    """Start copying a C-contiguous host array to a new device array (same shape)
+    through pinned chunks; returns ``(device_array, futures)``.
+
+    Slots are taken here, in the calling thread, and handed to the jobs: a worker never
+    waits for a slot, so jobs of concurrent calls cannot starve each other (a job only
+    waits for its own DMA).
+    """
+    st = _get_staging()
+    dev = cupy.empty(x.shape, dtype=x.dtype)
+    src = x.reshape(-1).view(np.uint8)
+    dptr = dev.data.ptr
+
+    def job(slot, off, nb, keep=dev):  # `keep`: the device buffer outlives its DMAs
+        try:
+            np.copyto(slot[:nb], src[off:off + nb])
+            cupy.cuda.runtime.memcpyAsync(dptr + off, slot.ctypes.data, nb, _H2D, stream.ptr)
+            ev = cupy.cuda.Event(block=False, disable_timing=True)
+            ev.record(stream)
+            ev.synchronize()  # the slot is reusable once its DMA is done
+        finally:
+            st.release(slot)
+
+    futs = []
+    for off, nb in _chunks(src.nbytes, CHUNK_BYTES):
+        slot = st.acquire()
+        try:
+            futs.append(st.pool.submit(job, slot, off, nb))
+        except BaseException:
+            st.release(slot)
+            raise
+    return dev, futs
+
+
+def upload_start(x, stream):
+    """Start the device copy of a 2-D float64 host array: ``(device_array, futures)``.
+
+    F-ordered arrays keep their layout (the kernels read any strides); other
+    non-contiguous ones are packed into C order first."""
+    if x.flags.c_contiguous:
+        return _upload_flat(x, stream)
+    if x.flags.f_contiguous:
+        dev, futs = _upload_flat(x.T, stream)
+        return dev.T, futs
+    return _upload_flat(np.ascontiguousarray(x), stream)
+
+
+def wait(futures):
+    """Wait for staging jobs (re-raising the first failure)."""
+    for f in futures:
+        f.result()
+
+
+def download(dev, out, stream):
+    """Copy the C-contiguous device array ``dev`` into the C-contiguous host ``out``."""
+    st = _get_staging()
+    dst = out.reshape(-1).view(np.uint8)
+    sptr = dev.data.ptr
+    futs = []
+
+    def job(slot, ev, off, nb):
+        try:
+            ev.synchronize()
+            np.copyto(dst[off:off + nb], slot[:nb])
+        finally:
+            st.release(slot)
+
+    for off, nb in _chunks(dst.nbytes, CHUNK_BYTES):
+        slot = st.acquire()
+        try:
+            cupy.cuda.runtime.memcpyAsync(slot.ctypes.data, sptr + off, nb, _D2H, stream.ptr)
+            ev = cupy.cuda.Event(block=False, disable_timing=True)
+            ev.record(stream)
+        except BaseException:
+            st.release(slot)
+            raise
+        futs.append(st.pool.submit(job, slot, ev, off, nb))
+    for f in futs:
+        f.result()
+
+
+_tls = threading.local()
+
+
+def thread_stream():
+    """A non-blocking stream per thread for host-operand calls (concurrent calls from
+    several threads then run independently)."""
+    s = getattr(_tls, "stream", None)
+    dev = cupy.cuda.Device().id
+    if s is None or _tls.device != dev:
+        s = cupy.cuda.Stream(non_blocking=True)
+        _tls.stream, _tls.device = s, dev
+    return s
+
+
+def cached_upload(x, which, last, stream):
+    """Upload, reusing the previous slice's device copy when a broadcast batch repeats
+    the same host memory."""
+    key = (x.__array_interface__["data"][0], x.shape, x.strides)
+    hit = last.get(which)
+    if hit is not None and hit[0] == key:
+        return hit[1], []
+    dev, futs = upload_start(np.asarray(x, dtype=np.float64), stream)
+    last[which] = (key, dev)
+    return dev, futs

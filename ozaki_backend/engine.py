@@ -1,0 +1,72 @@
+"""The one interface every engine implements.
+
+An engine computes stacks of 2-D float64 products with a :class:`~ozaki_backend.plan.Plan`
+and nothing else: NumPy's call semantics (shapes, broadcasting, dtypes, ``out=``) are
+settled before it is called (:mod:`ozaki_backend.semantics`), and which engine runs a
+call is decided by :mod:`ozaki_backend.registry`. Each engine chooses the scheme's
+pipeline itself (``plan.scheme``), and declines a call it cannot compute exactly (an
+operand holding NaN or infinity) by returning False, after which the caller computes
+the product natively — like a :mod:`scipy.fft` backend handing a call back.
+
+Implementations: :class:`ozaki_backend.reference.engine.CpuEngine` (NumPy, the exact
+reference) and :class:`ozaki_backend.cuda.engine.CudaEngine` (CuPy + NVRTC kernels).
+"""
+
+from __future__ import annotations
+
+
+class Engine:
+    """Interface of an engine (subclass and override every method).
+
+    Attributes
+    ----------
+    name : str
+        ``"cpu"`` or ``"cuda"``: the value of the ``engine=`` option that selects it.
+    array_types : tuple of str
+        The array libraries whose arrays :meth:`product` takes directly (``"numpy"``,
+        ``"cupy"``); the registry copies other operands through the host.
+    """
+
+    name = ""
+    array_types: tuple = ()
+
+    def availability(self) -> tuple[bool, str]:
+        """``(usable, reason)`` in this process (never raises)."""
+        raise NotImplementedError
+
+    def product(self, a3, b3, plan, out3, *, alpha=1.0, beta=0.0, c3=None) -> bool:
+        """``out3[i] = alpha * (a3[i] @ b3[i]) + beta * c3[i]`` for every stack index.
+
+        Parameters
+        ----------
+        a3 : array (batch, m, k), b3 : array (batch, k, n)
+            float64 operands of one of :attr:`array_types` (broadcast views allowed).
+        plan : Plan
+            For ``(m, k) @ (k, n)``; its scheme and options decide the bits.
+        out3 : array (batch, m, n)
+            float64, same array type; every element is written when True is returned.
+        alpha, beta : float
+            BLAS scaling (``docs/spec.md`` §7); ``c3`` is read only when ``beta != 0``.
+        c3 : array (batch, m, n) or None
+
+        Returns
+        -------
+        bool
+            False when an operand holds NaN or infinity: nothing useful was written and
+            the caller computes the product natively.
+        """
+        raise NotImplementedError
+
+    def exponent_spread(self, A, B) -> int:
+        """The exponent spread of ``A @ B`` (``docs/spec.md`` §1.1) for 2-D operands of
+        this engine's array types: the integer ``precision="fp64"`` chooses from."""
+        raise NotImplementedError
+
+    def describe(self, plan) -> str:
+        """One line on how this engine would compute ``plan`` here (e.g. which GEMM
+        path on this GPU); empty when there is nothing to say."""
+        return ""
+
+    def __repr__(self) -> str:
+        ok, why = self.availability()
+        return f"<{type(self).__name__} {self.name!r}: {'available' if ok else 'unavailable'} ({why})>"

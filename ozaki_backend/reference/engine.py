@@ -1,0 +1,49 @@
+"""The CPU reference engine: :class:`ozaki_backend.engine.Engine` on NumPy arrays.
+
+Chooses the scheme's pipeline (``pipeline.py`` for Ozaki scheme II, ``phase22.py`` for
+the seed scheme), checks the operands for NaN/infinity on the host (such products are
+declined and computed natively), and applies ``alpha``/``beta``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..engine import Engine
+from ..semantics import apply_alpha_beta
+from . import phase22, pipeline, scaling
+
+
+def product_2d(A, B, plan):
+    """The product of 2-D finite float64 operands with ``plan`` (either scheme)."""
+    A = np.asarray(A, dtype=np.float64)
+    B = np.asarray(B, dtype=np.float64)
+    if plan.scheme == "phase22":
+        return phase22.matmul_2d(A, B, plan)
+    return pipeline.ozaki2_2d(A, B, plan)
+
+
+class CpuEngine(Engine):
+    """The exact NumPy engine (``engine="cpu"``): bitwise what ``docs/spec.md`` says."""
+
+    name = "cpu"
+    array_types = ("numpy",)
+
+    def availability(self):
+        return True, "the NumPy reference engine"
+
+    def product(self, a3, b3, plan, out3, *, alpha=1.0, beta=0.0, c3=None) -> bool:
+        if not (np.isfinite(a3).all() and np.isfinite(b3).all()):
+            return False
+        for idx in np.ndindex(*a3.shape[:-2]):
+            C = product_2d(a3[idx], b3[idx], plan)
+            if alpha != 1.0 or beta != 0.0:
+                C = apply_alpha_beta(C, alpha, beta, None if c3 is None else c3[idx])
+            out3[idx] = C
+        return True
+
+    def exponent_spread(self, A, B) -> int:
+        return scaling.exponent_spread(A, B)
+
+
+ENGINE = CpuEngine()

@@ -1,0 +1,151 @@
+"""Which engine computes a call: the one resolver of ``engine="auto"``, the host copy
+that lets the CPU engine take CuPy operands, and the operands' data statistics.
+
+The CPU engine is always there; the CUDA engine is imported on first use only (it
+imports CuPy), so that ``import ozaki_backend`` never creates a CUDA context. Everything
+that needs to know which engine runs — the API, the dispatch layer's routing and cost
+model, ``Plan.resolve`` — asks here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .engine import Engine
+from .reference.engine import ENGINE as CPU
+from .semantics import is_cupy
+
+ENGINES = ("cpu", "cuda")
+
+
+def cuda_availability() -> tuple[bool, str]:
+    """``(ok, reason)``: whether the CUDA engine can run in this process (CuPy importable
+    and a device present), without importing CuPy twice."""
+    from .cuda import availability
+
+    return availability()
+
+
+def get(name: str) -> Engine:
+    """The engine called ``name`` (``"cpu"`` or ``"cuda"``).
+
+    Raises
+    ------
+    ValueError
+        For another name.
+    RuntimeError
+        ``"cuda"`` when CuPy is not importable (the message says why).
+    """
+    if name == "cpu":
+        return CPU
+    if name == "cuda":
+        ok, why = cuda_availability()
+        if not ok and why.startswith("CuPy is not importable"):
+            raise RuntimeError(f"engine='cuda' needs CuPy: {why}; install the extra "
+                               "ozaki_backend[cuda13] (or [cuda12]), or use engine='cpu'")
+        from .cuda.engine import ENGINE as CUDA
+
+        return CUDA
+    raise ValueError(f"unknown engine {name!r}; engines are {', '.join(ENGINES)}")
+
+
+def resolve_name(requested: str) -> tuple[str, str]:
+    """``(engine name, why)`` that ``engine=requested`` means for NumPy operands:
+    ``"auto"`` is the GPU when CuPy and a device are usable, else the CPU engine."""
+    if requested == "cpu":
+        return "cpu", "engine='cpu'"
+    if requested == "cuda":
+        return "cuda", "engine='cuda'"
+    ok, why = cuda_availability()
+    return ("cuda", why) if ok else ("cpu", f"no usable GPU ({why})")
+
+
+def resolve(requested: str, on_device: bool = False) -> tuple[Engine, str]:
+    """``(engine, why)`` for a call with ``engine=requested``.
+
+    Parameters
+    ----------
+    requested : {"auto", "cpu", "cuda"}
+    on_device : bool
+        The operands are CuPy arrays: ``"auto"`` is then the CUDA engine, and the CPU
+        engine takes them through host copies (:class:`HostCopy`).
+    """
+    if on_device:
+        if requested == "cpu":
+            return HOST_COPY, "engine='cpu' (CuPy operands via host)"
+        return get("cuda"), f"engine={requested!r} (CuPy operands)"
+    name, why = resolve_name(requested)
+    return get(name), why
+
+
+class HostCopy(Engine):
+    """The CPU engine for CuPy operands: host copies in, the result copied back."""
+
+    name = "cpu"
+    array_types = ("cupy",)
+
+    def availability(self):
+        return CPU.availability()
+
+    def product(self, a3, b3, plan, out3, *, alpha=1.0, beta=0.0, c3=None) -> bool:
+        import cupy
+
+        host = np.empty(out3.shape)
+        done = CPU.product(cupy.asnumpy(a3), cupy.asnumpy(b3), plan, host, alpha=alpha,
+                           beta=beta, c3=None if c3 is None else cupy.asnumpy(c3))
+        if done:
+            out3[...] = cupy.asarray(host)
+        return done
+
+    def exponent_spread(self, A, B) -> int:
+        import cupy
+
+        return CPU.exponent_spread(cupy.asnumpy(A), cupy.asnumpy(B))
+
+
+HOST_COPY = HostCopy()
+
+
+def engine_of(a, b) -> Engine:
+    """The engine that computes data statistics of these operands where they live."""
+    return get("cuda") if (is_cupy(a) or is_cupy(b)) else CPU
+
+
+def exponent_spread(a, b, plan=None) -> int:
+    """The exponent spread of the product ``a @ b`` (``docs/spec.md`` §1.1) that
+    ``precision="fp64"`` chooses its moduli count from: the largest
+    ``E_i - floor(mean exponent)`` over the rows of ``a`` and the columns of ``b``.
+
+    NumPy operands: the CPU reference; CuPy operands: the CUDA engine's kernels, bit
+    for bit the same integer. ``plan``, when given, must match the operands' shape.
+    """
+    sa, sb = tuple(np.shape(a)), tuple(np.shape(b))
+    if len(sa) != 2 or len(sb) != 2 or sa[1] != sb[0]:
+        raise ValueError(f"exponent_spread needs 2-D operands (m, k) @ (k, n); got {sa} "
+                         f"and {sb}")
+    if plan is not None and (sa[0], sb[1], sa[1]) != (plan.m, plan.n, plan.k):
+        raise ValueError(f"plan is for ({plan.m} x {plan.k}) @ ({plan.k} x {plan.n}); "
+                         f"operands are ({sa[0]} x {sa[1]}) @ ({sb[0]} x {sb[1]})")
+    eng = engine_of(a, b)
+    if eng is CPU:
+        a = np.asarray(a, dtype=np.float64)
+        b = np.asarray(b, dtype=np.float64)
+    else:
+        import cupy
+
+        a = cupy.asarray(a, dtype=np.float64)
+        b = cupy.asarray(b, dtype=np.float64)
+    return int(eng.exponent_spread(a, b))
+
+
+def describe(plan, requested: str = "auto") -> str:
+    """How ``plan`` would be computed here with ``engine=requested`` (engine, and on a
+    GPU the GEMM path), one line."""
+    name, why = resolve_name(requested)
+    if name == "cuda":
+        ok, reason = cuda_availability()
+        if not ok:
+            return f"engine cuda: unavailable ({reason})"
+    eng = get(name)
+    text = eng.describe(plan)
+    return f"engine {name} ({why})" + (f"; {text}" if text else "")

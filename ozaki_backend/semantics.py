@@ -1,0 +1,223 @@
+"""NumPy's ``matmul`` semantics, written once for every array library the engines take.
+
+Shapes and broadcasting, which dtypes give a float64 product, ``out=`` validation and
+delivery, BLAS-style ``alpha``/``beta``, the plan/shape check and the native product
+that everything the backend cannot emulate falls back to. The API layer and the
+dispatch layer call these; the engines only ever see 2-D float64 slices that passed
+them. Functions take NumPy or CuPy arrays alike (``xp`` is the array's module);
+nothing here imports CuPy or ``array_api_compat`` unless CuPy is already loaded.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import NamedTuple
+
+import numpy as np
+
+from . import _native
+from .spec.seed import K_CHUNK_MAX
+
+
+class MatmulShape(NamedTuple):
+    """The shapes of one ``matmul(a, b)`` call.
+
+    Attributes
+    ----------
+    shape : tuple of int
+        Result shape (1-D operands' added axes removed).
+    batch : tuple of int
+        Broadcast stack shape.
+    a2, b2 : tuple of int
+        Operand shapes with 1-D operands promoted to matrices.
+    m, k, n : int
+        The core product ``(m, k) @ (k, n)``.
+    """
+
+    shape: tuple
+    batch: tuple
+    a2: tuple
+    b2: tuple
+    m: int
+    k: int
+    n: int
+
+
+def matmul_shape(sa, sb) -> MatmulShape | None:
+    """:class:`MatmulShape` of ``matmul`` on operands of shapes ``sa``, ``sb``, or None
+    when NumPy would reject the call (0-d operand, core mismatch, stacks that do not
+    broadcast)."""
+    if len(sa) == 0 or len(sb) == 0:
+        return None
+    a_vec, b_vec = len(sa) == 1, len(sb) == 1
+    sa2 = (1,) + tuple(sa) if a_vec else tuple(sa)
+    sb2 = tuple(sb) + (1,) if b_vec else tuple(sb)
+    if sa2[-1] != sb2[-2]:
+        return None
+    try:
+        batch = np.broadcast_shapes(sa2[:-2], sb2[:-2])
+    except ValueError:
+        return None
+    shape = batch + (() if a_vec else (sa2[-2],)) + (() if b_vec else (sb2[-1],))
+    return MatmulShape(shape, batch, sa2, sb2, sa2[-2], sa2[-1], sb2[-1])
+
+
+def float64_product(da, db) -> bool:
+    """Whether NumPy computes the product of dtypes ``da``, ``db`` in float64 (real
+    floating, integer or bool operands whose result type is float64)."""
+    da, db = np.dtype(da), np.dtype(db)
+    return da.kind in "fiub" and db.kind in "fiub" and np.result_type(da, db) == np.float64
+
+
+# --------------------------------------------------------------------------- arrays
+
+def is_cupy(x) -> bool:
+    """Whether ``x`` is a CuPy array (never imports CuPy)."""
+    if "cupy" not in sys.modules:
+        return False
+    from array_api_compat import is_cupy_array
+
+    return is_cupy_array(x)
+
+
+def namespace(a, b):
+    """The array module of a pair of operands: ``numpy`` for NumPy arrays and anything
+    NumPy converts, ``cupy`` for two CuPy arrays, None for a NumPy/CuPy mix (CuPy's own
+    ``matmul`` then decides, and raises its own error)."""
+    ca, cb = is_cupy(a), is_cupy(b)
+    if not (ca or cb):
+        return np
+    if ca and cb:
+        import cupy
+
+        return cupy
+    return None
+
+
+def unwrap_out(out):
+    """``out=`` as a single array: the ufunc form ``out=(array,)`` is accepted too."""
+    if type(out) is tuple and len(out) == 1:
+        return out[0]
+    return out
+
+
+def valid_out(out, shape, array_type) -> bool:
+    """Whether ``out`` can receive a float64 result of ``shape`` (else NumPy's own call
+    decides and raises its own error)."""
+    return (type(out) is array_type and tuple(out.shape) == tuple(shape)
+            and np.can_cast(np.float64, out.dtype, casting="same_kind"))
+
+
+def check_c(beta, c, shape) -> None:
+    """The BLAS ``C`` operand: required when ``beta != 0``, and it may broadcast to the
+    product's shape but never widen it.
+
+    Raises
+    ------
+    ValueError
+        ``beta != 0`` without ``c`` (``alpha A B + beta C`` would read nothing: NaN), or
+        a ``c`` that does not broadcast to ``shape``.
+    """
+    if beta == 0:
+        return
+    if c is None:
+        raise ValueError("beta != 0 needs c (the matrix that beta scales)")
+    if np.broadcast_shapes(np.shape(c), tuple(shape)) != tuple(shape):
+        raise ValueError(f"c of shape {np.shape(c)} does not broadcast to the product's "
+                         f"shape {tuple(shape)}")
+
+
+def check_plan(plan, m, n, k) -> None:
+    """A plan must be for the product's core shape.
+
+    Raises
+    ------
+    ValueError
+        Naming both shapes.
+    """
+    if (plan.m, plan.n, plan.k) != (m, n, k):
+        raise ValueError(f"plan is for ({plan.m} x {plan.k}) @ ({plan.k} x {plan.n}); "
+                         f"operands are ({m} x {k}) @ ({k} x {n})")
+
+
+def check_plan_and_shapes(A, B, plan) -> None:
+    """The seed scheme's argument check in both engines: a ``phase22`` plan for these
+    2-D shapes with a valid k chunk (``A``, ``B``: any arrays with ``ndim`` and
+    ``shape``)."""
+    if getattr(plan, "scheme", None) != "phase22":
+        raise ValueError(f"plan.scheme must be 'phase22'; got {getattr(plan, 'scheme', None)!r}")
+    if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
+        raise ValueError(f"need 2-D operands (m, k) @ (k, n); got {A.shape} @ {B.shape}")
+    check_plan(plan, A.shape[0], B.shape[1], A.shape[1])
+    if not 1 <= plan.k_chunk <= K_CHUNK_MAX:
+        raise ValueError(f"plan.k_chunk must be in [1, {K_CHUNK_MAX}]")
+
+
+def stacks(xp, a, b, ms: MatmulShape):
+    """``(a3, b3)``: float64 operands as ``batch + (m, k)`` and ``batch + (k, n)``
+    (broadcast views, no copies)."""
+    a = a.astype(np.float64, copy=False).reshape(ms.a2)
+    b = b.astype(np.float64, copy=False).reshape(ms.b2)
+    return (xp.broadcast_to(a, ms.batch + ms.a2[-2:]),
+            xp.broadcast_to(b, ms.batch + ms.b2[-2:]))
+
+
+def apply_alpha_beta(C, alpha, beta, C0=None):
+    """Spec §7: ``alpha*C + beta*C0`` with BLAS conventions (``C0`` unread when
+    ``beta == 0``), one rounding per operation (two array operations, never a fused
+    multiply-add). NumPy or CuPy arrays."""
+    alpha = float(alpha)
+    beta = float(beta)
+    out = C if alpha == 1.0 else alpha * C
+    if beta != 0.0:
+        C0 = C0.astype(np.float64, copy=False) if hasattr(C0, "astype") \
+            else np.asarray(C0, dtype=np.float64)
+        out = out + beta * C0
+    return out
+
+
+def deliver(res, out, shape, *, direct=False):
+    """The result in the caller's form: ``res`` reshaped to ``shape`` (a 0-d NumPy
+    result becomes a scalar, as ``vector @ vector`` is in NumPy), or ``out`` filled
+    from it (unless ``direct``: ``res`` already is a view of ``out``)."""
+    res = res.reshape(shape)
+    if out is None:
+        return res[()] if (res.ndim == 0 and type(res) is np.ndarray) else res
+    if not direct:
+        if type(out) is np.ndarray:
+            np.copyto(out, res, casting="same_kind")
+        else:
+            out[...] = res
+    return out
+
+
+def native(xp, a, b, out=None, alpha=1.0, beta=0.0, c=None):
+    """The product as the array library itself computes it (NumPy's own ``matmul``,
+    never routed back into the backend; CuPy's ``matmul``), with ``alpha``/``beta``
+    applied afterwards. Used for everything the engines do not take, so results and
+    exceptions are the library's own."""
+    if xp is not np:
+        mm = (xp or _cupy()).matmul
+        if alpha == 1.0 and beta == 0.0:
+            return mm(a, b, out=out)
+        return _native_ab(mm(a, b), out, alpha, beta, c)
+    if alpha == 1.0 and beta == 0.0:
+        return _native.matmul(a, b, out=out)
+    return _native_ab(_native.matmul(a, b), out, alpha, beta, c)
+
+
+def _native_ab(res, out, alpha, beta, c):
+    res = apply_alpha_beta(res, alpha, beta, c)
+    if out is None:
+        return res
+    if type(out) is np.ndarray:
+        np.copyto(out, res, casting="same_kind")
+    else:
+        out[...] = res
+    return out
+
+
+def _cupy():
+    import cupy
+
+    return cupy
