@@ -15,7 +15,7 @@ typedef signed char i8;
 #define OZ_INT_MAX 2147483647
 #define OZ_MASK52 0x000FFFFFFFFFFFFFull
 
-// The moduli of ozaki_backend/moduli.py, in order (tests/test_cuda_sources.py checks
+// The moduli of ozaki_backend/spec/moduli.py, in order (tests/test_cuda_sources.py checks
 // that the two tables agree).
 #define OZ_MAX_MODULI 20
 __host__ __device__ constexpr u32 oz_modulus(int l) {
@@ -71,6 +71,16 @@ __device__ __forceinline__ int oz_frexp_exp(double x) {
     return (64 - __clzll((long long)m)) - 1074;
 }
 
+// The smallest shift s with x 2^s an integer (docs/spec.md §10.1) for a non-zero finite
+// x: with |x| = mant 2^ex, the lowest set bit of x is at 2^(ex + tz(mant)).
+__device__ __forceinline__ int oz_exact_threshold(double x) {
+    OzDec d = oz_decompose(x);
+    return -(d.ex + __ffsll((long long)d.mant) - 1);
+}
+
+// x 2^e for an exponent the equilibration clamp keeps exact (docs/spec.md §2.1).
+__device__ __forceinline__ double oz_shift(double x, int e) { return e ? ldexp(x, e) : x; }
+
 // spec §1: lambda(x) = eh - ex - (mx > mh) for an exact integer 0 < x < 2^53. The
 // frexp mantissas share their leading bit, so comparing them is comparing the 52-bit
 // fraction fields.
@@ -94,9 +104,12 @@ __device__ __forceinline__ int oz_floor_half(int a) { return a >> 1; }
 #define OZ_TR 32
 #define OZ_TK 64
 
+// ks_S: the equilibration exponents (docs/spec.md §2.1; null: none), applied to column c
+// as x 2^(ks S_c) (ks = -1 for A, +1 for B read as its transpose).
 __device__ __forceinline__ void oz_load_tile(double (*tile)[OZ_TK + 1], const double *__restrict__ X,
                                              i64 rs, i64 cs, int rows, int cols, int row0,
-                                             int col0, int rows_fast) {
+                                             int col0, int rows_fast,
+                                             const int *__restrict__ S = nullptr, int ks = 0) {
     for (int idx = threadIdx.x; idx < OZ_TR * OZ_TK; idx += blockDim.x) {
         int r, c;
         if (rows_fast) {
@@ -108,7 +121,10 @@ __device__ __forceinline__ void oz_load_tile(double (*tile)[OZ_TK + 1], const do
         }
         int gr = row0 + r, gc = col0 + c;
         double v = 0.0;
-        if (gr < rows && gc < cols) v = X[(i64)gr * rs + (i64)gc * cs];
+        if (gr < rows && gc < cols) {
+            v = X[(i64)gr * rs + (i64)gc * cs];
+            if (S) v = oz_shift(v, ks * S[gc]);
+        }
         tile[r][c] = v;
     }
 }

@@ -291,7 +291,8 @@ __device__ __forceinline__ void oz_write_int(const double *xs, int s, i8 *dst, i
 __device__ __forceinline__ void oz_res_load_tile(double (*tile)[OZ_TK + 1],
                                                  const double *__restrict__ X, i64 rs, i64 cs,
                                                  int rows, int cols, int row0, int col0,
-                                                 int rows_fast) {
+                                                 int rows_fast, const int *__restrict__ S,
+                                                 int ks) {
     constexpr int PER = OZ_TR * OZ_TK / OZ_RES_THREADS;
     // lanes along the rows (unit stride: rows_fast) or along the columns; each thread
     // then steps along the other index: tile (r + i dr, c + i dc), i < PER
@@ -320,6 +321,14 @@ __device__ __forceinline__ void oz_res_load_tile(double (*tile)[OZ_TK + 1],
             p += step;
         }
     }
+    if (S) {
+        // The equilibration exponents (docs/spec.md §2.1): x 2^(ks S_k), exact.
+#pragma unroll
+        for (int i = 0; i < PER; ++i) {
+            int gci = gc + i * dc;
+            if (gci < cols) v[i] = oz_shift(v[i], ks * S[gci]);
+        }
+    }
     double *t = &tile[r][c];
     int tstep = dr * (OZ_TK + 1) + dc;
 #pragma unroll
@@ -331,11 +340,13 @@ __device__ __forceinline__ void oz_res_load_tile(double (*tile)[OZ_TK + 1],
 // avoid that at 72-96 registers and 24 warps per SM.
 extern "C" __global__ void __launch_bounds__(OZ_RES_THREADS, 4)
 oz_residues(const double *__restrict__ X, i64 rs, i64 cs, int rows, int cols, int rows_fast,
-            int kpad, const int *__restrict__ shift, i8 *__restrict__ R, i64 plane, int nmod) {
-    // shift may be null (the operand already holds integers: s = 0).
+            const int *__restrict__ S, int ks, int kpad, const int *__restrict__ shift,
+            i8 *__restrict__ R, i64 plane, int nmod) {
+    // shift may be null (the operand already holds integers: s = 0); S null: no
+    // equilibration exponents.
     __shared__ double tile[OZ_TR][OZ_TK + 1];
     int row0 = blockIdx.y * OZ_TR, col0 = blockIdx.x * OZ_TK;
-    oz_res_load_tile(tile, X, rs, cs, rows, cols, row0, col0, rows_fast);
+    oz_res_load_tile(tile, X, rs, cs, rows, cols, row0, col0, rows_fast, S, ks);
     __syncthreads();
     // Thread -> (row rr, 8 consecutive k at cl = 32 h + 8 q): one 8-byte store per plane.
     // A warp covers 8 rows x 32 columns: its shared reads tile[rr][cl + j] (row stride 65

@@ -1,10 +1,75 @@
-// Stage 1 — scaling (docs/spec.md §2–3), mirrored by ozaki_backend/cuda/scaling.py.
+// Stages 0, 1 and 5 — equilibration, scaling and the certificate (docs/spec.md §2, §10),
+// mirrored by ozaki_backend/cuda/scaling.py and ozaki_backend/cuda/certificate.py.
 //
-// Every quantity is an exact integer: frexp exponents from the bit pattern, ceilings of
-// power-of-two scaled magnitudes from the mantissa, sums of squares in u64 (exact and
-// independent of the order the atomics land in), lambda() from the float64 bits. So
-// the exponents equal the CPU reference's whatever the launch shape.
+// Every quantity is an exact integer: frexp exponents and trailing zeros from the bit
+// pattern, floors and ceilings of power-of-two scaled magnitudes from the mantissa, sums
+// in integers (exact and independent of the order the atomics land in), lambda() from
+// the float64 bits; the certificate's few float64 operations are the reference's, in
+// its order, with no contraction. So everything equals the CPU reference's whatever the
+// launch shape.
+//
+// Operands are read row-wise (A as m x k, B as its transpose n x k, any strides). The
+// equilibration exponents S (one per k) are applied on the fly as x 2^(ks S_k), ks = -1
+// for A and +1 for B^T (S null: not applied).
 #include "common.cuh"
+
+// ---------------------------------------------------------------------------------
+// Stage 0: equilibration along k (spec §2.1).
+
+// cmax / cmin of each column of a rows x cols view: the largest / smallest frexp exponent
+// of its non-zero entries (2000 for Inf/NaN: a maximum above 1024 flags a non-finite
+// operand). cmax must hold OZ_INT_MIN, cmin OZ_INT_MAX on entry. Grid: 32 x 64 tiles.
+extern "C" __global__ void __launch_bounds__(256)
+oz_col_exponents(const double *__restrict__ X, i64 rs, i64 cs, int rows, int cols,
+                 int rows_fast, int *__restrict__ cmax, int *__restrict__ cmin) {
+    __shared__ double tile[OZ_TR][OZ_TK + 1];
+    int row0 = blockIdx.y * OZ_TR, col0 = blockIdx.x * OZ_TK;
+    oz_load_tile(tile, X, rs, cs, rows, cols, row0, col0, rows_fast);
+    __syncthreads();
+    // 4 threads per column, 8 rows each; combined with two shuffles.
+    int c = threadIdx.x >> 2, part = threadIdx.x & 3;
+    int emax = OZ_INT_MIN, emin = OZ_INT_MAX;
+    for (int r = part; r < OZ_TR; r += 4) {
+        double x = tile[r][c];
+        if (x != 0.0) {
+            int e = oz_frexp_exp(x);
+            emax = max(emax, e);
+            emin = min(emin, e);
+        }
+    }
+    for (int off = 1; off < 4; off <<= 1) {
+        emax = max(emax, __shfl_xor_sync(0xffffffffu, emax, off));
+        emin = min(emin, __shfl_xor_sync(0xffffffffu, emin, off));
+    }
+    int gc = col0 + c;
+    if (part == 0 && gc < cols && emax != OZ_INT_MIN) {
+        atomicMax(cmax + gc, emax);
+        atomicMin(cmin + gc, emin);
+    }
+}
+
+// S_k = trunc(((a_k - a) - (b_k - b)) / 2) clamped to [lo_k, hi_k] (spec §2.1), 0 where
+// column k of A or row k of B is all zero; a = top[0], b = top[1]: the largest a_k, b_k.
+extern "C" __global__ void oz_equilibrate(const int *__restrict__ amax, const int *__restrict__ amin,
+                                          const int *__restrict__ bmax, const int *__restrict__ bmin,
+                                          const int *__restrict__ top, int k,
+                                          int *__restrict__ S) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= k) return;
+    int a = amax[i], b = bmax[i];
+    if (a == OZ_INT_MIN || b == OZ_INT_MIN || a > 1024 || b > 1024 || top[0] > 1024
+        || top[1] > 1024) {
+        S[i] = 0;   // an empty column / row; or Inf/NaN, which the caller declines anyway
+        return;
+    }
+    int raw = ((a - top[0]) - (b - top[1])) / 2;             // C++: toward zero
+    int hi = min(max(0, amin[i] + 1021), 1024 - b);
+    int lo = max(-max(0, bmin[i] + 1021), a - 1024);
+    S[i] = min(max(raw, lo), hi);
+}
+
+// ---------------------------------------------------------------------------------
+// Stage 1: row statistics.
 
 // Reductions over the columns of a rows x cols view: block (32, 8). rows_fast: threadIdx.x
 // walks rows (unit stride there), threadIdx.y and the loop walk a KR-column range;
@@ -12,18 +77,19 @@
 // column range, so long rows spread over many blocks; atomics combine them.
 #define OZ_KR 256
 
-template <int KIND, bool STATS = false>
+template <int KIND>
 __device__ __forceinline__ void oz_row_reduce(const double *__restrict__ X, i64 rs, i64 cs,
                                               int rows, int cols, int rows_fast,
+                                              const int *__restrict__ S, int ks,
                                               const int *__restrict__ E, int D,
-                                              int *__restrict__ Emax,
-                                              u64 *__restrict__ S,
-                                              i64 *__restrict__ Esum = nullptr,
-                                              int *__restrict__ Ecnt = nullptr) {
-    // KIND 0: Emax[r] = max frexp exponent of the non-zero entries (atomicMax); with
-    //         STATS also Esum[r] += their sum and Ecnt[r] += their count (the exponent
-    //         spread, docs/spec.md section 1: exact integers, any order);
-    // KIND 1: S[r] += sum of alpha^2 with alpha = ceil(|x| 2^(D - E[r])) (fast mode).
+                                              int *__restrict__ Emax, int *__restrict__ Xthr,
+                                              int *__restrict__ Cnt, u64 *__restrict__ Sq,
+                                              int *__restrict__ Klo = nullptr,
+                                              int *__restrict__ Khi = nullptr) {
+    // KIND 0: Emax[r] = max frexp exponent of the non-zero entries (atomicMax);
+    // KIND 1: also Xthr[r] = max exact threshold (spec §10.1), Cnt[r] += their count and
+    //         Klo[r] / Khi[r] = their first / last column (atomicMin / atomicMax);
+    // KIND 2: Sq[r] += sum of alpha^2, alpha = ceil(|x| 2^(D - E[r])) (fast mode).
     int k0 = blockIdx.y * OZ_KR;
     int k1 = min(cols, k0 + OZ_KR);
     int row, kstart, kstep;
@@ -37,29 +103,31 @@ __device__ __forceinline__ void oz_row_reduce(const double *__restrict__ X, i64 
         kstep = 32;
     }
     bool live = row < rows;
-    int emax = OZ_INT_MIN;
+    int emax = OZ_INT_MIN, xthr = OZ_INT_MIN, cnt = 0, klo = OZ_INT_MAX, khi = -1;
     u64 ssum = 0;
-    i64 esum = 0;
-    int ecnt = 0;
     int Er = 0;
-    if (KIND == 1 && live) Er = E[row];
+    if (KIND == 2 && live) Er = E[row];
     if (live) {
         const double *xr = X + (i64)row * rs;
         for (int k = kstart; k < k1; k += kstep) {
             double x = xr[(i64)k * cs];
             if (x == 0.0) continue;
-            if (KIND == 0) {
+            int sk = S ? ks * S[k] : 0;
+            if (KIND <= 1) {
                 int e = oz_frexp_exp(x);
-                emax = max(emax, e);
-                if (STATS) {
-                    esum += e;
-                    ++ecnt;
+                emax = max(emax, e + (e > 1024 ? 0 : sk));
+                if (KIND == 1) {
+                    xthr = max(xthr, oz_exact_threshold(x) - sk);
+                    ++cnt;
+                    klo = min(klo, k);
+                    khi = max(khi, k);
                 }
             } else {
-                // alpha = max(1, ceil(|x| 2^(D-E))) exactly: |x| = mant 2^ex, so
-                // alpha = ceil(mant 2^sh) with sh = ex + D - E; |x| < 2^E keeps it <= 2^D.
+                // alpha = max(1, ceil(|x 2^sk| 2^(D-E))) exactly: |x| = mant 2^ex, so
+                // alpha = ceil(mant 2^sh), sh = ex + sk + D - E; |x 2^sk| < 2^E keeps it
+                // <= 2^D.
                 OzDec d = oz_decompose(x);
-                int sh = d.ex + D - Er;
+                int sh = d.ex + sk + D - Er;
                 u64 a;
                 if (sh >= 0) {
                     a = d.mant << sh;
@@ -76,47 +144,56 @@ __device__ __forceinline__ void oz_row_reduce(const double *__restrict__ X, i64 
     if (!rows_fast) {
         // One warp per row: reduce over the lanes, one atomic per warp.
         for (int off = 16; off > 0; off >>= 1) {
-            if (KIND == 0) {
+            if (KIND <= 1) {
                 emax = max(emax, __shfl_xor_sync(0xffffffffu, emax, off));
-                if (STATS) {
-                    esum += __shfl_xor_sync(0xffffffffu, esum, off);
-                    ecnt += __shfl_xor_sync(0xffffffffu, ecnt, off);
+                if (KIND == 1) {
+                    xthr = max(xthr, __shfl_xor_sync(0xffffffffu, xthr, off));
+                    cnt += __shfl_xor_sync(0xffffffffu, cnt, off);
+                    klo = min(klo, __shfl_xor_sync(0xffffffffu, klo, off));
+                    khi = max(khi, __shfl_xor_sync(0xffffffffu, khi, off));
                 }
             } else {
                 ssum += __shfl_xor_sync(0xffffffffu, ssum, off);
             }
         }
         if (threadIdx.x != 0) return;
-    } else if constexpr (STATS) {
+    } else if constexpr (KIND == 1) {
         // rows_fast: the 8 warps (threadIdx.y) hold partial results of the same 32 rows;
         // combine them in shared memory so that one thread per row issues the atomics.
         // (rows_fast is uniform over the block and no thread has returned yet.)
         __shared__ int sh_max[8][32];
-        __shared__ i64 sh_sum[8][32];
+        __shared__ int sh_thr[8][32];
         __shared__ int sh_cnt[8][32];
+        __shared__ int sh_klo[8][32];
+        __shared__ int sh_khi[8][32];
         sh_max[threadIdx.y][threadIdx.x] = emax;
-        sh_sum[threadIdx.y][threadIdx.x] = esum;
-        sh_cnt[threadIdx.y][threadIdx.x] = ecnt;
+        sh_thr[threadIdx.y][threadIdx.x] = xthr;
+        sh_cnt[threadIdx.y][threadIdx.x] = cnt;
+        sh_klo[threadIdx.y][threadIdx.x] = klo;
+        sh_khi[threadIdx.y][threadIdx.x] = khi;
         __syncthreads();
         if (threadIdx.y != 0) return;
         for (int y = 1; y < 8; ++y) {
             emax = max(emax, sh_max[y][threadIdx.x]);
-            esum += sh_sum[y][threadIdx.x];
-            ecnt += sh_cnt[y][threadIdx.x];
+            xthr = max(xthr, sh_thr[y][threadIdx.x]);
+            cnt += sh_cnt[y][threadIdx.x];
+            klo = min(klo, sh_klo[y][threadIdx.x]);
+            khi = max(khi, sh_khi[y][threadIdx.x]);
         }
     }
     if (!live) return;
-    if (KIND == 0) {
+    if (KIND <= 1) {
         if (emax != OZ_INT_MIN) {
             atomicMax(Emax + row, emax);
-            if (STATS) {
-                // Two's complement: adding the i64 bit pattern as u64 is exact.
-                atomicAdd(reinterpret_cast<u64 *>(Esum + row), (u64)esum);
-                atomicAdd(Ecnt + row, ecnt);
+            if (KIND == 1) {
+                atomicMax(Xthr + row, xthr);
+                atomicAdd(Cnt + row, cnt);
+                atomicMin(Klo + row, klo);
+                atomicMax(Khi + row, khi);
             }
         }
     } else {
-        if (ssum) atomicAdd(S + row, ssum);
+        if (ssum) atomicAdd(Sq + row, ssum);
     }
 }
 
@@ -124,191 +201,417 @@ extern "C" __global__ void __launch_bounds__(256)
 oz_row_exponents(const double *__restrict__ X, i64 rs, i64 cs, int rows, int cols,
                  int rows_fast, int *__restrict__ Emax) {
     // Emax must hold OZ_INT_MIN on entry (meaning "no non-zero entry yet").
-    oz_row_reduce<0>(X, rs, cs, rows, cols, rows_fast, nullptr, 0, Emax, nullptr);
+    oz_row_reduce<0>(X, rs, cs, rows, cols, rows_fast, nullptr, 0, nullptr, 0, Emax, nullptr,
+                     nullptr, nullptr);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
-oz_row_exponent_stats(const double *__restrict__ X, i64 rs, i64 cs, int rows, int cols,
-                      int rows_fast, int *__restrict__ Emax, i64 *__restrict__ Esum,
-                      int *__restrict__ Ecnt) {
-    // The same pass as oz_row_exponents, also summing and counting the exponents of the
-    // non-zero entries. Emax must hold OZ_INT_MIN, Esum and Ecnt zero on entry.
-    oz_row_reduce<0, true>(X, rs, cs, rows, cols, rows_fast, nullptr, 0, Emax, nullptr, Esum,
-                           Ecnt);
-}
-
-// Exponent spread (docs/spec.md section 1) of the rows of one operand, folded into
-// out[0] = max over rows of Emax (above 1024: an Inf/NaN entry) and
-// out[1] = max over rows with a non-zero entry of Emax - floor(Esum / Ecnt).
-// out must hold {OZ_INT_MIN, 0} before the first operand; run once for A's rows and
-// once for B's columns (rows of B^T), before the finalize kernels rewrite Emax.
-extern "C" __global__ void __launch_bounds__(256)
-oz_spread(const int *__restrict__ Emax, const i64 *__restrict__ Esum,
-          const int *__restrict__ Ecnt, int rows, int *__restrict__ out) {
-    int r = blockIdx.x * blockDim.x + threadIdx.x;
-    int e = OZ_INT_MIN, d = 0;
-    if (r < rows) {
-        e = Emax[r];
-        int c = Ecnt[r];
-        if (e != OZ_INT_MIN && c > 0) {
-            i64 s = Esum[r];
-            i64 q = s / c;                      // C++ truncates toward zero:
-            if (s % c != 0 && s < 0) q -= 1;    // floor division
-            d = (int)((i64)e - q);
-        }
-    }
-    for (int off = 16; off > 0; off >>= 1) {
-        e = max(e, __shfl_xor_sync(0xffffffffu, e, off));
-        d = max(d, __shfl_xor_sync(0xffffffffu, d, off));
-    }
-    if ((threadIdx.x & 31) == 0) {
-        if (e != OZ_INT_MIN) atomicMax(out, e);
-        if (d > 0) atomicMax(out + 1, d);
-    }
+oz_row_stats(const double *__restrict__ X, i64 rs, i64 cs, int rows, int cols, int rows_fast,
+             const int *__restrict__ S, int ks, int *__restrict__ Emax,
+             int *__restrict__ Xthr, int *__restrict__ Cnt, int *__restrict__ Klo,
+             int *__restrict__ Khi) {
+    // Row exponent, exact threshold, non-zero count and non-zero column range of the
+    // equilibrated rows. Emax and Xthr must hold OZ_INT_MIN, Cnt zero, Klo cols and
+    // Khi -1 on entry.
+    oz_row_reduce<1>(X, rs, cs, rows, cols, rows_fast, S, ks, nullptr, 0, Emax, Xthr, Cnt,
+                     nullptr, Klo, Khi);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
 oz_row_sumsq(const double *__restrict__ X, i64 rs, i64 cs, int rows, int cols, int rows_fast,
-             const int *__restrict__ E, int D, u64 *__restrict__ S) {
-    // S must be zero on entry. Every partial sum is an integer < 2^53 (D's choice).
-    oz_row_reduce<1>(X, rs, cs, rows, cols, rows_fast, E, D, nullptr, S);
+             const int *__restrict__ S, int ks, const int *__restrict__ E, int D,
+             u64 *__restrict__ Sq) {
+    // Sq must be zero on entry. Every partial sum is an integer < 2^53 (D's choice).
+    oz_row_reduce<2>(X, rs, cs, rows, cols, rows_fast, S, ks, E, D, nullptr, nullptr, nullptr,
+                     Sq);
 }
 
-// Fast mode: s = floor(lambda(S) / 2) + D - E; an all-zero row (Emax = INT_MIN) gets 0.
-// Also rewrites Emax into E (0 for all-zero rows), which the later stages read.
-extern "C" __global__ void oz_finalize_fast(int *__restrict__ E, const u64 *__restrict__ S,
-                                            int rows, int D, int eh, u64 fh,
-                                            int *__restrict__ s) {
+// E = 0 for an all-zero row (Emax = OZ_INT_MIN), as the reference's row_exponents.
+extern "C" __global__ void oz_zero_rows(int *__restrict__ E, int rows) {
     int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= rows) return;
-    int e = E[r];
-    if (e == OZ_INT_MIN) {
-        E[r] = 0;
-        s[r] = 0;
-        return;
-    }
-    int q = oz_floor_half(oz_lambda(S[r], eh, fh));
-    s[r] = q + D - e;
+    if (r < rows && E[r] == OZ_INT_MIN) E[r] = 0;
 }
 
 // ---------------------------------------------------------------------------------
-// Accurate mode. The quantised operands alpha (rows x kpad int8, zero padded) feed the
-// bound GEMM P = alpha beta^T through cuBLAS, in the residue planes' layout.
+// The bound GEMM's operand (spec §2.3): alpha = floor(|x| 2^(7 - E)) in [0, 127] as int8,
+// rows x kpad (zero padded), in the residue planes' layout; SA[r] += sum of the row's
+// alpha (SA zero on entry).
+#define OZ_BOUND_D 7
 extern "C" __global__ void __launch_bounds__(256)
-oz_quantize(const double *__restrict__ X, i64 rs, i64 cs, int rows, int cols, int rows_fast,
-            int kpad, const int *__restrict__ E, int D, i8 *__restrict__ Q) {
+oz_quantize_down(const double *__restrict__ X, i64 rs, i64 cs, int rows, int cols,
+                 int rows_fast, const int *__restrict__ S, int ks, int kpad,
+                 const int *__restrict__ E, i8 *__restrict__ Q, int *__restrict__ SA) {
     __shared__ double tile[OZ_TR][OZ_TK + 1];
     int row0 = blockIdx.y * OZ_TR, col0 = blockIdx.x * OZ_TK;
-    oz_load_tile(tile, X, rs, cs, rows, cols, row0, col0, rows_fast);
+    oz_load_tile(tile, X, rs, cs, rows, cols, row0, col0, rows_fast, S, ks);
     __syncthreads();
     int q = threadIdx.x & 15;
+    // 16 threads per row, 4 columns each: a half warp holds one row (shuffle sum below).
     for (int rr = threadIdx.x >> 4; rr < OZ_TR; rr += 16) {
         int gr = row0 + rr;
         int c = col0 + 4 * q;
-        if (gr >= rows || c >= kpad) continue;
-        int Er = E[gr];
+        bool live = gr < rows && c < kpad;
+        int Er = live ? E[gr] : 0;
         u32 word = 0;
+        int sum = 0;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             double x = tile[rr][4 * q + j];
             u32 a = 0;
-            if (x != 0.0) {
+            if (live && x != 0.0) {
                 OzDec d = oz_decompose(x);
-                int sh = d.ex + D - Er;
+                int sh = d.ex + OZ_BOUND_D - Er;
                 if (sh >= 0) {
                     a = (u32)(d.mant << sh);
-                } else if (-sh >= 64) {
-                    a = 1;
-                } else {
-                    int qq = -sh;
-                    a = (u32)((d.mant >> qq) + ((d.mant & ((1ull << qq) - 1)) ? 1ull : 0ull));
+                } else if (-sh < 64) {
+                    a = (u32)(d.mant >> (-sh));
                 }
             }
             word |= (a & 0xffu) << (8 * j);
+            sum += (int)a;
         }
+        for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        if (!live) continue;
         *reinterpret_cast<u32 *>(Q + (i64)gr * kpad + c) = word;
+        if (q == 0 && sum) atomicAdd(SA + gr, sum);
     }
 }
 
-// r_i = max_j P_ij over one tile of P (row-major, leading dimension ldp): one warp per row.
+// U_ij = P_ij + SA_i + SB_j + min(nA_i, nB_j), 0 where row i or column j is all zero
+// (spec §2.3): an upper bound of (|A||B|)_ij in units of 2^(E_i + F_j - 14).
 template <class T>
-__device__ __forceinline__ void oz_p_rowmax(const T *__restrict__ P, i64 ldp, int rows, int cols,
+__device__ __forceinline__ i64 oz_upper(T p, int sa, int na, int sb, int nb) {
+    if (na == 0 || nb == 0) return 0;
+    return (i64)p + sa + sb + min(na, nb);
+}
+
+// r_i = max_j U_ij over one tile of P (row-major, leading dimension ldp): one warp per row.
+template <class T>
+__device__ __forceinline__ void oz_u_rowmax(const T *__restrict__ P, i64 ldp, int rows, int cols,
+                                            const int *__restrict__ SA, const int *__restrict__ nA,
+                                            const int *__restrict__ SB, const int *__restrict__ nB,
                                             i64 *__restrict__ rmax) {
     int row = blockIdx.x * 8 + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= rows) return;
     const T *pr = P + (i64)row * ldp;
+    int sa = SA[row], na = nA[row];
     i64 m = 0;
-    for (int j = lane; j < cols; j += 32) m = max(m, (i64)pr[j]);
+    for (int j = lane; j < cols; j += 32) m = max(m, oz_upper(pr[j], sa, na, SB[j], nB[j]));
     for (int off = 16; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
     if (lane == 0 && m > 0) atomicMax((long long *)(rmax + row), (long long)m);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
-oz_p_rowmax_i32(const int *__restrict__ P, i64 ldp, int rows, int cols, i64 *__restrict__ rmax) {
-    oz_p_rowmax<int>(P, ldp, rows, cols, rmax);
+oz_u_rowmax_i32(const int *__restrict__ P, i64 ldp, int rows, int cols, const int *__restrict__ SA,
+                const int *__restrict__ nA, const int *__restrict__ SB, const int *__restrict__ nB,
+                i64 *__restrict__ rmax) {
+    oz_u_rowmax<int>(P, ldp, rows, cols, SA, nA, SB, nB, rmax);
 }
 extern "C" __global__ void __launch_bounds__(256)
-oz_p_rowmax_i64(const i64 *__restrict__ P, i64 ldp, int rows, int cols, i64 *__restrict__ rmax) {
-    oz_p_rowmax<i64>(P, ldp, rows, cols, rmax);
+oz_u_rowmax_i64(const i64 *__restrict__ P, i64 ldp, int rows, int cols, const int *__restrict__ SA,
+                const int *__restrict__ nA, const int *__restrict__ SB, const int *__restrict__ nB,
+                i64 *__restrict__ rmax) {
+    oz_u_rowmax<i64>(P, ldp, rows, cols, SA, nA, SB, nB, rmax);
 }
 
-// sigma_i = floor(lambda(max(1, r_i)) / 2)   (rmax is zero-initialised: max(1, .) here)
-extern "C" __global__ void oz_sigma(const i64 *__restrict__ rmax, int rows, int eh, u64 fh,
-                                    int *__restrict__ sigma) {
+// The moduli counts a product may use: N = OZ_NLO .. OZ_NLO + NN - 1 (2 .. 20); eh[c], fh[c]
+// are the frexp exponent and fraction field of H_f for count OZ_NLO + c (spec §1).
+#define OZ_NLO 2
+#define OZ_NN 19
+
+// sigma[c][i] = floor(lambda_c(max(1, r_i)) / 2) for every count (rmax zero-initialised).
+extern "C" __global__ void oz_sigma_all(const i64 *__restrict__ rmax, int rows,
+                                        const int *__restrict__ eh, const u64 *__restrict__ fh,
+                                        int *__restrict__ sigma) {
     int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= rows) return;
     i64 v = rmax[r];
-    sigma[r] = oz_floor_half(oz_lambda((u64)(v < 1 ? 1 : v), eh, fh));
+    u64 x = (u64)(v < 1 ? 1 : v);
+    for (int c = 0; c < OZ_NN; ++c)
+        sigma[(i64)c * rows + r] = oz_floor_half(oz_lambda(x, eh[c], fh[c]));
 }
 
-// tau_j = min over {i : P_ij > 0} of lambda(P_ij) - sigma_i: block (32, 8), threadIdx.x
-// walks columns (unit stride), threadIdx.y and the loop walk a range of rows.
-#define OZ_PR 128
+// tau[c][j] = min over {i : U_ij > 0} of lambda_c(U_ij) - sigma[c][i], for every count:
+// block (32, 8), threadIdx.x walks columns (unit stride), threadIdx.y and the loop walk
+// OZ_PR rows; the 8 partial minima of a column meet in shared memory, one atomic each.
+#define OZ_PR 512
 template <class T>
-__device__ __forceinline__ void oz_p_colmin(const T *__restrict__ P, i64 ldp, int rows, int cols,
-                                            const int *__restrict__ sigma, int eh, u64 fh,
-                                            int *__restrict__ tau) {
+__device__ __forceinline__ void oz_u_colmin(const T *__restrict__ P, i64 ldp, int rows, int cols,
+                                            const int *__restrict__ SA, const int *__restrict__ nA,
+                                            const int *__restrict__ SB, const int *__restrict__ nB,
+                                            const int *__restrict__ sigma, int srows,
+                                            const int *__restrict__ eh, const u64 *__restrict__ fh,
+                                            int *__restrict__ tau, int tcols) {
+    __shared__ int best_sh[8][OZ_NN][32];
     int col = blockIdx.x * 32 + threadIdx.x;
-    if (col >= cols) return;
-    int r0 = blockIdx.y * OZ_PR, r1 = min(rows, r0 + OZ_PR);
-    int best = OZ_INT_MAX;
-    for (int i = r0 + threadIdx.y; i < r1; i += 8) {
-        T p = P[(i64)i * ldp + col];
-        if (p > 0) best = min(best, oz_lambda((u64)p, eh, fh) - sigma[i]);
+    int best[OZ_NN];
+#pragma unroll
+    for (int c = 0; c < OZ_NN; ++c) best[c] = OZ_INT_MAX;
+    if (col < cols) {
+        int sb = SB[col], nb = nB[col];
+        int r0 = blockIdx.y * OZ_PR, r1 = min(rows, r0 + OZ_PR);
+        for (int i = r0 + threadIdx.y; i < r1; i += 8) {
+            i64 u = oz_upper(P[(i64)i * ldp + col], SA[i], nA[i], sb, nb);
+            if (u <= 0) continue;
+            u64 b = (u64)__double_as_longlong((double)u);
+            int ex = (int)((b >> 52) & 0x7ff) - 1022;
+            u64 frac = b & OZ_MASK52;
+#pragma unroll
+            for (int c = 0; c < OZ_NN; ++c) {
+                int lam = eh[c] - ex - (frac > fh[c] ? 1 : 0);
+                best[c] = min(best[c], lam - sigma[(i64)c * srows + i]);
+            }
+        }
     }
-    if (best != OZ_INT_MAX) atomicMin(tau + col, best);
+#pragma unroll
+    for (int c = 0; c < OZ_NN; ++c) best_sh[threadIdx.y][c][threadIdx.x] = best[c];
+    __syncthreads();
+    if (threadIdx.y != 0 || col >= cols) return;
+#pragma unroll
+    for (int c = 0; c < OZ_NN; ++c) {
+        int v = best[c];
+        for (int y = 1; y < 8; ++y) v = min(v, best_sh[y][c][threadIdx.x]);
+        if (v != OZ_INT_MAX) atomicMin(tau + (i64)c * tcols + col, v);
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(256)
-oz_p_colmin_i32(const int *__restrict__ P, i64 ldp, int rows, int cols,
-                const int *__restrict__ sigma, int eh, u64 fh, int *__restrict__ tau) {
-    oz_p_colmin<int>(P, ldp, rows, cols, sigma, eh, fh, tau);
+oz_u_colmin_i32(const int *__restrict__ P, i64 ldp, int rows, int cols, const int *__restrict__ SA,
+                const int *__restrict__ nA, const int *__restrict__ SB, const int *__restrict__ nB,
+                const int *__restrict__ sigma, int srows, const int *__restrict__ eh,
+                const u64 *__restrict__ fh, int *__restrict__ tau, int tcols) {
+    oz_u_colmin<int>(P, ldp, rows, cols, SA, nA, SB, nB, sigma, srows, eh, fh, tau, tcols);
 }
 extern "C" __global__ void __launch_bounds__(256)
-oz_p_colmin_i64(const i64 *__restrict__ P, i64 ldp, int rows, int cols,
-                const int *__restrict__ sigma, int eh, u64 fh, int *__restrict__ tau) {
-    oz_p_colmin<i64>(P, ldp, rows, cols, sigma, eh, fh, tau);
+oz_u_colmin_i64(const i64 *__restrict__ P, i64 ldp, int rows, int cols, const int *__restrict__ SA,
+                const int *__restrict__ nA, const int *__restrict__ SB, const int *__restrict__ nB,
+                const int *__restrict__ sigma, int srows, const int *__restrict__ eh,
+                const u64 *__restrict__ fh, int *__restrict__ tau, int tcols) {
+    oz_u_colmin<i64>(P, ldp, rows, cols, SA, nA, SB, nB, sigma, srows, eh, fh, tau, tcols);
 }
 
-// s = sigma + D - E (rows of A) or t = tau + D - F (columns of B; tau = INT_MAX, i.e. an
-// empty set, becomes `empty`); 0 for an all-zero row / column (Emax = INT_MIN), whose
-// exponent is then rewritten to 0.
-extern "C" __global__ void oz_finalize_accurate(int *__restrict__ E, const int *__restrict__ st,
-                                                int rows, int D, int empty,
-                                                int *__restrict__ out) {
+// Bits kept of each row's largest element, for every count (spec §2): accurate mode
+// b = v + 7 with v = sigma (rows of A) or tau (columns of B; OZ_INT_MAX, an empty set,
+// becomes empty[c]); fast mode b = floor(lambda_c(S) / 2) + D. Then s = b - E (0 for an
+// all-zero row, whose b is never read).
+extern "C" __global__ void oz_kept_accurate(const int *__restrict__ v, int rows,
+                                            const int *__restrict__ empty,
+                                            int *__restrict__ kept) {
     int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= rows) return;
-    int e = E[r];
-    if (e == OZ_INT_MIN) {
-        E[r] = 0;
-        out[r] = 0;
-        return;
+    for (int c = 0; c < OZ_NN; ++c) {
+        int x = v[(i64)c * rows + r];
+        kept[(i64)c * rows + r] = (x == OZ_INT_MAX ? empty[c] : x) + OZ_BOUND_D;
     }
-    int v = st[r];
-    if (v == OZ_INT_MAX) v = empty;
-    out[r] = v + D - e;
 }
+extern "C" __global__ void oz_kept_fast(const u64 *__restrict__ Sq, int rows, int D,
+                                        const int *__restrict__ eh, const u64 *__restrict__ fh,
+                                        int *__restrict__ kept) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    u64 x = Sq[r] ? Sq[r] : 1ull;
+    for (int c = 0; c < OZ_NN; ++c)
+        kept[(i64)c * rows + r] = oz_floor_half(oz_lambda(x, eh[c], fh[c])) + D;
+}
+
+// s = kept[c] - E for the chosen count (0 for an all-zero row: Cnt = 0).
+extern "C" __global__ void oz_shifts_for(const int *__restrict__ kept, int rows, int c,
+                                         const int *__restrict__ E, const int *__restrict__ Cnt,
+                                         int *__restrict__ s) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    s[r] = Cnt[r] ? kept[(i64)c * rows + r] - E[r] : 0;
+}
+
+// ---------------------------------------------------------------------------------
+// Stage 5: the certificate (spec §10).
+
+// t_ij in units of 2^(E_i + F_j - 67): [s_i < x_i] 2^(60 - b_i) QB_j + [t_j < y_j] 2^(60 - b'_j) QA_i,
+// the two products exact, one rounded addition (the reference's order).
+__device__ __forceinline__ double oz_excess(int si, int bi, int xi, double qb, int tj, int bj,
+                                            int yj, double qa) {
+    double ra = si < xi ? ldexp(1.0, 60 - bi) : 0.0;
+    double rb = tj < yj ? ldexp(1.0, 60 - bj) : 0.0;
+    return __dadd_rn(__dmul_rn(ra, qb), __dmul_rn(qa, rb));
+}
+
+__device__ __forceinline__ bool oz_passes(double x, double cp) {
+    return x == 0.0 || nextafter(x, __longlong_as_double(0x7ff0000000000000ll)) <= cp;
+}
+
+// Per row (of A, or of B^T) and count: f[c][r] = [s < x] 2^(60 - b) with b = kept[c][r]
+// and s = b - E (0 for an all-zero row), and q[r] = SA + n: the two factors of each
+// term of t_ij below, so that the per-element test is two exact products and one
+// rounded addition.
+extern "C" __global__ void oz_cert_factors(const int *__restrict__ kept, int rows,
+                                           const int *__restrict__ E, const int *__restrict__ X,
+                                           const int *__restrict__ n, const int *__restrict__ SA,
+                                           double *__restrict__ f, double *__restrict__ q) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    int Er = E[r], xr = X[r], nr = n[r];
+    q[r] = (double)(SA[r] + nr);
+    for (int c = 0; c < OZ_NN; ++c) {
+        int b = kept[(i64)c * rows + r];
+        int sr = nr ? b - Er : 0;
+        f[(i64)c * rows + r] = sr < xr ? ldexp(1.0, 60 - b) : 0.0;
+    }
+}
+
+// For every element of one P tile, the fewest counts (OZ_NLO + c) whose a-priori test it
+// passes (spec §10.3): out[0] = max of those counts, out[1] += elements passing none.
+// fa, fb: the c-major factor tables of oz_cert_factors (row strides arows, bcols).
+// Grid: (cols / 32, rows / 8), block (32, 8): a warp is one row.
+// Whether the non-zero ranges along k of row i of A and column j of B intersect (spec
+// §10.1): where they do not, the element is exact.
+__device__ __forceinline__ bool oz_overlap(const int *__restrict__ lo, const int *__restrict__ hi,
+                                           int row, const int *__restrict__ lob,
+                                           const int *__restrict__ hib, int col) {
+    return max(lo[row], lob[col]) <= min(hi[row], hib[col]);
+}
+
+template <class T>
+__device__ __forceinline__ void oz_cert_counts(const T *__restrict__ P, i64 ldp, int rows,
+                                               int cols, const double *__restrict__ fa,
+                                               const double *__restrict__ qa, int arows,
+                                               const double *__restrict__ fb,
+                                               const double *__restrict__ qb, int bcols,
+                                               const int *__restrict__ loA,
+                                               const int *__restrict__ hiA,
+                                               const int *__restrict__ loB,
+                                               const int *__restrict__ hiB,
+                                               double cfac, int *__restrict__ out) {
+    int col = blockIdx.x * 32 + threadIdx.x;
+    int row = blockIdx.y * 8 + threadIdx.y;
+    int need = 0, none = 0;
+    if (row < rows && col < cols && !oz_overlap(loA, hiA, row, loB, hiB, col)) {
+        need = OZ_NLO;                       // exact: passes at every count
+    } else if (row < rows && col < cols) {
+        double cp = __dmul_rn(cfac, (double)P[(i64)row * ldp + col]);
+        double qai = qa[row], qbj = qb[col];
+        for (int c = 0; c < OZ_NN; ++c) {
+            double x = __dadd_rn(__dmul_rn(fa[(i64)c * arows + row], qbj),
+                                 __dmul_rn(qai, fb[(i64)c * bcols + col]));
+            if (oz_passes(x, cp)) {
+                need = OZ_NLO + c;
+                break;
+            }
+        }
+        none = need == 0;
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        need = max(need, __shfl_xor_sync(0xffffffffu, need, off));
+        none += __shfl_xor_sync(0xffffffffu, none, off);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        if (need) atomicMax(out, need);
+        if (none) atomicAdd(out + 1, none);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+oz_cert_counts_i32(const int *__restrict__ P, i64 ldp, int rows, int cols,
+                   const double *__restrict__ fa, const double *__restrict__ qa, int arows,
+                   const double *__restrict__ fb, const double *__restrict__ qb, int bcols,
+                   const int *__restrict__ loA, const int *__restrict__ hiA,
+                   const int *__restrict__ loB, const int *__restrict__ hiB, double cfac,
+                   int *__restrict__ out) {
+    oz_cert_counts<int>(P, ldp, rows, cols, fa, qa, arows, fb, qb, bcols, loA, hiA, loB, hiB,
+                        cfac, out);
+}
+extern "C" __global__ void __launch_bounds__(256)
+oz_cert_counts_i64(const i64 *__restrict__ P, i64 ldp, int rows, int cols,
+                   const double *__restrict__ fa, const double *__restrict__ qa, int arows,
+                   const double *__restrict__ fb, const double *__restrict__ qb, int bcols,
+                   const int *__restrict__ loA, const int *__restrict__ hiA,
+                   const int *__restrict__ loB, const int *__restrict__ hiB, double cfac,
+                   int *__restrict__ out) {
+    oz_cert_counts<i64>(P, ldp, rows, cols, fa, qa, arows, fb, qb, bcols, loA, hiA, loB, hiB,
+                        cfac, out);
+}
+
+// The bound of a computed C_ij = RN(A'B' 2^(-s-t)) and the a-posteriori test (spec §10.4),
+// as the reference's result_bound / meets_target, operation for operation:
+//   T = x == 0 ? 0 : up(ldexp(up(x), E + F - 67) + eta),  R = up(ldexp(|C|, -53) + eta),
+//   bound = up(T + R); gap = down(|C| - bound); L = down(ldexp(P, E + F - 14));
+//   pass = bound == 0 || bound <= down((c u) max(L, gap))   (max: NaN if gap is NaN).
+// bound (optional, any strides) receives the bound; out[0] += failing elements.
+#define OZ_ETA 4.9406564584124654e-324
+__device__ __forceinline__ double oz_up(double x) {
+    return nextafter(x, __longlong_as_double(0x7ff0000000000000ll));
+}
+__device__ __forceinline__ double oz_down(double x) { return nextafter(x, 0.0); }
+__device__ __forceinline__ int oz_clip_exp(int e) { return min(max(e, -4000), 4000); }
+
+template <class T>
+__device__ __forceinline__ void oz_certify(const T *__restrict__ P, i64 ldp, int rows, int cols,
+                                           const double *__restrict__ C, i64 cr, i64 cc,
+                                           const int *__restrict__ E, const int *__restrict__ XA,
+                                           const int *__restrict__ SA, const int *__restrict__ nA,
+                                           const int *__restrict__ s,
+                                           const int *__restrict__ F, const int *__restrict__ YB,
+                                           const int *__restrict__ SB, const int *__restrict__ nB,
+                                           const int *__restrict__ t, const int *__restrict__ loA,
+                                           const int *__restrict__ hiA,
+                                           const int *__restrict__ loB,
+                                           const int *__restrict__ hiB, double cu,
+                                           double *__restrict__ bound, i64 br, i64 bc,
+                                           int *__restrict__ out) {
+    int col = blockIdx.x * 32 + threadIdx.x;
+    int row = blockIdx.y * 8 + threadIdx.y;
+    int fail = 0;
+    if (row < rows && col < cols) {
+        int Ei = E[row], Fj = F[col];
+        double qa = (double)(SA[row] + nA[row]), qb = (double)(SB[col] + nB[col]);
+        double x = !oz_overlap(loA, hiA, row, loB, hiB, col) ? 0.0
+                 : oz_excess(s[row], s[row] + Ei, XA[row], qb, t[col], t[col] + Fj, YB[col], qa);
+        double Tb = x == 0.0 ? 0.0
+                  : oz_up(__dadd_rn(ldexp(oz_up(x), oz_clip_exp(Ei + Fj - 67)), OZ_ETA));
+        double c = C[(i64)row * cr + (i64)col * cc];
+        double R = oz_up(__dadd_rn(ldexp(fabs(c), -53), OZ_ETA));
+        double b = oz_up(__dadd_rn(Tb, R));
+        if (bound) bound[(i64)row * br + (i64)col * bc] = b;
+        if (out) {
+            double gap = oz_down(__dsub_rn(fabs(c), b));
+            double L = oz_down(ldexp((double)P[(i64)row * ldp + col], oz_clip_exp(Ei + Fj - 14)));
+            double low = isnan(gap) ? gap : (gap > L ? gap : L);
+            double goal = oz_down(__dmul_rn(cu, low));
+            fail = !(b == 0.0 || b <= goal);
+        }
+    }
+    if (out) {
+        for (int off = 16; off > 0; off >>= 1) fail += __shfl_xor_sync(0xffffffffu, fail, off);
+        if ((threadIdx.x & 31) == 0 && fail) atomicAdd(out, fail);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+oz_certify_i32(const int *__restrict__ P, i64 ldp, int rows, int cols, const double *__restrict__ C,
+               i64 cr, i64 cc, const int *__restrict__ E, const int *__restrict__ XA,
+               const int *__restrict__ SA, const int *__restrict__ nA, const int *__restrict__ s,
+               const int *__restrict__ F, const int *__restrict__ YB, const int *__restrict__ SB,
+               const int *__restrict__ nB, const int *__restrict__ t,
+               const int *__restrict__ loA, const int *__restrict__ hiA,
+               const int *__restrict__ loB, const int *__restrict__ hiB, double cu,
+               double *__restrict__ bound, i64 br, i64 bc, int *__restrict__ out) {
+    oz_certify<int>(P, ldp, rows, cols, C, cr, cc, E, XA, SA, nA, s, F, YB, SB, nB, t, loA, hiA,
+                    loB, hiB, cu, bound, br, bc, out);
+}
+extern "C" __global__ void __launch_bounds__(256)
+oz_certify_i64(const i64 *__restrict__ P, i64 ldp, int rows, int cols, const double *__restrict__ C,
+               i64 cr, i64 cc, const int *__restrict__ E, const int *__restrict__ XA,
+               const int *__restrict__ SA, const int *__restrict__ nA, const int *__restrict__ s,
+               const int *__restrict__ F, const int *__restrict__ YB, const int *__restrict__ SB,
+               const int *__restrict__ nB, const int *__restrict__ t,
+               const int *__restrict__ loA, const int *__restrict__ hiA,
+               const int *__restrict__ loB, const int *__restrict__ hiB, double cu,
+               double *__restrict__ bound, i64 br, i64 bc, int *__restrict__ out) {
+    oz_certify<i64>(P, ldp, rows, cols, C, cr, cc, E, XA, SA, nA, s, F, YB, SB, nB, t, loA, hiA,
+                    loB, hiB, cu, bound, br, bc, out);
+}
+
+// ---------------------------------------------------------------------------------
 
 // Bound GEMM for k beyond the exact int32 range: P64 += P32 (chunks of the reduction).
 extern "C" __global__ void oz_accumulate_i64(const int *__restrict__ src, i64 *__restrict__ dst,

@@ -25,12 +25,14 @@ Layers, bottom up (``docs/architecture.md``): ``spec`` (constants and rules) →
 from . import plan
 from ._api import matmul
 from ._version import __version__
+from ._warnings import NativeFallbackWarning
 from .dispatch import (disable, disabled, enable, enabled, explain, reset_stats, stats,
                        unwrap, wrap)
 from .plan import Plan
 
-__all__ = ["matmul", "plan", "Plan", "__version__", "enabled", "disabled", "enable",
-           "disable", "stats", "reset_stats", "explain", "wrap", "unwrap"]
+__all__ = ["matmul", "plan", "Plan", "NativeFallbackWarning", "__version__", "enabled",
+           "disabled", "enable", "disable", "stats", "reset_stats", "explain", "wrap",
+           "unwrap"]
 
 
 def __getattr__(name):

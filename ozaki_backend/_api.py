@@ -12,11 +12,12 @@ from __future__ import annotations
 import numpy as np
 
 from . import _native, _options, _stats, registry, semantics
+from .engine import OVERFLOW
 from .plan import Plan, bind
 
 
 def matmul(a, b, *, precision="fp64", bits=None, moduli=None, mode="accurate",
-           scheme="ozaki2", engine="auto", out=None, residual=False):
+           scheme="ozaki2", engine="auto", out=None, residual=False, return_bound=False):
     """Matrix product of float64 operands computed with INT8 GEMMs (Ozaki scheme II).
 
     Same semantics as :func:`numpy.matmul`: 1-D operands are promoted and the added
@@ -28,8 +29,11 @@ def matmul(a, b, *, precision="fp64", bits=None, moduli=None, mode="accurate",
         Operands. NumPy arrays give a NumPy result; CuPy arrays give a CuPy result
         computed on their device with no host copies.
     precision : {"fp64"}
-        Target accuracy when neither ``bits`` nor ``moduli`` is given: the fewest
-        moduli whose result is at least as accurate as native float64.
+        Target accuracy when neither ``bits`` nor ``moduli`` is given: per product, the
+        fewest moduli whose error certificate meets the native-level target
+        ``min(k - 1, 16) u (|A||B|)_ij`` (``docs/precision.md``); when 20 moduli do not,
+        the exact residual pass, and when that misses too, the native float64 product
+        (counted in ``stats()`` and warned with :class:`NativeFallbackWarning`).
     bits : int, optional
         Keep at least this many bits of each row's (column's) largest element.
     moduli : int, optional
@@ -47,11 +51,22 @@ def matmul(a, b, *, precision="fp64", bits=None, moduli=None, mode="accurate",
     residual : bool
         ``phase22`` only: add the seed's Phase 24 FP64 correction of the truncated
         tails.
+    return_bound : bool
+        Also return a rigorous per-element bound on ``|C - a @ b|`` (``scheme="ozaki2"``
+        only): the product's certificate (``docs/spec.md`` §10), ``gamma_k |a||b|`` for
+        a product computed natively by the fallback, ``inf`` where NumPy computed the
+        product itself (non-finite or non-float64 operands).
 
     Returns
     -------
-    ndarray
-        float64 product (or ``out``).
+    ndarray, or (ndarray, ndarray) with ``return_bound``
+        float64 product (or ``out``), and the bound of the same shape.
+
+    Raises
+    ------
+    FloatingPointError
+        Under ``np.errstate(over="raise")``, when finite operands give an infinite
+        element, as NumPy's own ``matmul`` does (``"warn"`` warns, and so on).
 
     Notes
     -----
@@ -62,10 +77,16 @@ def matmul(a, b, *, precision="fp64", bits=None, moduli=None, mode="accurate",
     """
     opts = _options.normalize(precision=precision, bits=bits, moduli=moduli, mode=mode,
                               scheme=scheme, engine=engine, residual=residual)
+    if return_bound:
+        if opts["scheme"] != "ozaki2":
+            raise ValueError("return_bound=True needs scheme='ozaki2' (the seed scheme "
+                             "has no certificate)")
+        return product(a, b, opts, out=out, return_bound=True)
     return product(a, b, opts, out=out)
 
 
-def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None):
+def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None,
+            return_bound=False, fp_name="matmul", _bound_out=None):
     """``alpha * (a @ b) + beta * c`` with validated options ``opts`` (as
     :func:`ozaki_backend._options.normalize` returns them): the one path every entry
     point takes (``matmul``, ``Plan.matmul``, the dispatch layer).
@@ -82,12 +103,21 @@ def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None):
     c : array, optional
     plan : Plan, optional
         Use this plan (its shape must be the product's).
+    return_bound : bool
+        Also return the per-element error bound (``alpha == 1``, ``beta == 0`` only).
+    fp_name : str or None
+        Name in NumPy's floating-point overflow report (``"matmul"``, ``"dot"``), or
+        None where the native function reports none (``einsum``, SciPy's ``dgemm``).
 
     Returns
     -------
-    array
+    array, or (array, array) with ``return_bound``
         The result (or ``out``), as :func:`numpy.matmul` would return it.
     """
+    if return_bound:
+        if alpha != 1.0 or beta != 0.0:
+            raise ValueError("return_bound needs alpha == 1 and beta == 0")
+        return _product_with_bound(a, b, opts, out=out, plan=plan, fp_name=fp_name)
     if c is None and beta != 0:
         semantics.check_c(beta, c, ())   # raises: alpha A B + beta C needs C
     xp = semantics.namespace(a, b)
@@ -120,15 +150,34 @@ def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None):
     c3 = None
     if beta != 0.0:
         c3 = xp.broadcast_to(xp.asarray(c, dtype=np.float64), ms.shape).reshape(full)
+    bound3 = xp.empty(full, dtype=np.float64) if _bound_out is not None else None
     with _stats.timer() as t, _native.suspended():
-        done = eng.product(a3, b3, p, res, alpha=alpha, beta=beta, c3=c3)
+        done = eng.product(a3, b3, p, res, alpha=alpha, beta=beta, c3=c3, bound3=bound3)
     if not done:
         _stats.record("native", "non-finite operand")
         return semantics.native(xp, a, b, out, alpha, beta, c)
     _stats.record("routed", f"engine={eng.name}" + (
         "" if xp is np else f" (CuPy operands{', via host' if eng is registry.HOST_COPY else ''})"),
         seconds=t.seconds)
+    if bound3 is not None:
+        _bound_out.append(bound3.reshape(ms.shape))
+    if done == OVERFLOW and xp is np and fp_name:
+        semantics.report_overflow(fp_name)
     return semantics.deliver(res, out, ms.shape, direct=direct)
+
+
+def _product_with_bound(a, b, opts, *, out, plan, fp_name):
+    """:func:`product` with ``return_bound``: ``(result, bound)``."""
+    holder = []
+    res = product(a, b, opts, out=out, plan=plan, fp_name=fp_name, _bound_out=holder)
+    if holder:
+        bound = holder[0]
+    else:   # computed by the array library itself: no certificate
+        xp = np if not semantics.is_cupy(res) else semantics.namespace(res, res)
+        bound = xp.full(np.shape(res), np.inf)
+    if np.ndim(res) == 0:
+        bound = bound[()] if hasattr(bound, "ndim") else bound
+    return res, bound
 
 
 def _execute(plan, a, b, *, engine, out=None, alpha=1.0, beta=0.0, c=None):
@@ -138,4 +187,4 @@ def _execute(plan, a, b, *, engine, out=None, alpha=1.0, beta=0.0, c=None):
     return product(a, b, opts, out=out, alpha=alpha, beta=beta, c=c, plan=plan)
 
 
-bind(execute=_execute, exponent_spread=registry.exponent_spread)
+bind(execute=_execute, moduli_for=registry.moduli_for)

@@ -15,6 +15,7 @@ _counts: Counter = Counter()      # (outcome, reason) -> calls
 _bytes: Counter = Counter()       # direction -> bytes moved host<->device
 _seconds: Counter = Counter()     # outcome -> seconds spent
 _moduli: Counter = Counter()      # moduli count -> 2-D Ozaki-II products computed with it
+_certificate: Counter = Counter()  # outcome -> 2-D Ozaki-II products
 _last = threading.local()         # this thread's last moduli count
 
 
@@ -35,6 +36,13 @@ def record_moduli(n_moduli: int) -> None:
     _last.n_moduli = int(n_moduli)
 
 
+def record_certificate(outcome: str) -> None:
+    """Count one 2-D Ozaki-II product by its certificate's outcome (``"certified"``,
+    ``"uncertified"``, ``"residual pass"``, ``"native fallback"``)."""
+    with _lock:
+        _certificate[outcome] += 1
+
+
 def last_moduli():
     """The moduli count of this thread's most recent 2-D Ozaki-II product, or None."""
     return getattr(_last, "n_moduli", None)
@@ -42,10 +50,10 @@ def last_moduli():
 
 def snapshot() -> dict:
     """A copy of the counters: ``{"counts": {...}, "bytes": {...}, "seconds": {...},
-    "moduli": {...}}``."""
+    "moduli": {...}, "certificate": {...}}``."""
     with _lock:
         return {"counts": dict(_counts), "bytes": dict(_bytes), "seconds": dict(_seconds),
-                "moduli": dict(sorted(_moduli.items()))}
+                "moduli": dict(sorted(_moduli.items())), "certificate": dict(_certificate)}
 
 
 def reset() -> None:
@@ -54,6 +62,7 @@ def reset() -> None:
         _bytes.clear()
         _seconds.clear()
         _moduli.clear()
+        _certificate.clear()
     _last.__dict__.pop("n_moduli", None)
 
 

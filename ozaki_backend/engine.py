@@ -14,6 +14,11 @@ reference) and :class:`ozaki_backend.cuda.engine.CudaEngine` (CuPy + NVRTC kerne
 
 from __future__ import annotations
 
+#: :meth:`Engine.product` outcomes: declined (an operand holds NaN/Inf; nothing useful
+#: was written), done, done with some element overflowing to ±inf (finite operands:
+#: the caller reports it as NumPy's floating-point error state says).
+DECLINED, DONE, OVERFLOW = 0, 1, 2
+
 
 class Engine:
     """Interface of an engine (subclass and override every method).
@@ -34,7 +39,8 @@ class Engine:
         """``(usable, reason)`` in this process (never raises)."""
         raise NotImplementedError
 
-    def product(self, a3, b3, plan, out3, *, alpha=1.0, beta=0.0, c3=None) -> bool:
+    def product(self, a3, b3, plan, out3, *, alpha=1.0, beta=0.0, c3=None,
+                bound3=None) -> bool:
         """``out3[i] = alpha * (a3[i] @ b3[i]) + beta * c3[i]`` for every stack index.
 
         Parameters
@@ -48,18 +54,25 @@ class Engine:
         alpha, beta : float
             BLAS scaling (``docs/spec.md`` §7); ``c3`` is read only when ``beta != 0``.
         c3 : array (batch, m, n) or None
+        bound3 : array (batch, m, n) or None
+            When given (``scheme="ozaki2"``, ``alpha == 1``, ``beta == 0``): receives a
+            rigorous bound on ``|out3 - a3 @ b3|`` per element (``docs/spec.md`` §10).
 
         Returns
         -------
-        bool
-            False when an operand holds NaN or infinity: nothing useful was written and
-            the caller computes the product natively.
+        int
+            :data:`DECLINED` (falsy) when an operand holds NaN or infinity: nothing
+            useful was written and the caller computes the product natively;
+            :data:`DONE`; :data:`OVERFLOW` when a product element overflowed to ±inf
+            (only reported for NumPy results).
         """
         raise NotImplementedError
 
-    def exponent_spread(self, A, B) -> int:
-        """The exponent spread of ``A @ B`` (``docs/spec.md`` §1.1) for 2-D operands of
-        this engine's array types: the integer ``precision="fp64"`` chooses from."""
+    def moduli_for(self, A, B, plan):
+        """The moduli count ``plan`` uses for the 2-D product ``A @ B`` of this engine's
+        array types: the plan's own count, or for ``precision="fp64"`` the fewest whose
+        certificate meets the target (``docs/spec.md`` §10.3); None when no count does
+        (the product then takes the residual pass or the native GEMM)."""
         raise NotImplementedError
 
     def describe(self, plan) -> str:

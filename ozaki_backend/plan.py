@@ -2,10 +2,10 @@
 
 A plan is a pure function of the problem shape and the options (``docs/spec.md`` §1),
 never of the data, so the CPU and CUDA engines given the same plan produce the same
-bits. For ``precision="fp64"`` (no ``bits=``/``moduli=``) the plan holds a *rule*: the
-moduli count of each product is read from a table by the operands' exponent spread, an
-exact integer both engines compute identically (:meth:`Plan.resolve`,
-:meth:`Plan.moduli_for`). Build one with :func:`plan` (this module is callable:
+bits. For ``precision="fp64"`` (no ``bits=``/``moduli=``) the plan holds a *rule*: each
+product uses the fewest moduli whose error certificate meets the native-level target
+(``docs/spec.md`` §10), a decision made from exact integers that both engines compute
+identically (:meth:`Plan.resolve`, :meth:`Plan.moduli_for`). Build one with :func:`plan` (this module is callable:
 ``ozaki_backend.plan(m, n, k)``); reuse it for many products of the same shape
 (``p.matmul(a, b)``).
 
@@ -23,17 +23,17 @@ import types
 import numpy as np
 
 from . import _options
-from .spec.moduli import KSPLIT, MODULI
-from .spec.rules import (fp64_rule, fp64_table, guaranteed_bits, moduli_for_bits,
-                         moduli_for_fp64, spread_bucket)
+from .spec.moduli import KSPLIT, MAX_MODULI, MIN_MODULI, MODULI
+from .spec.rules import (CERT_C, certificate_factor, expected_moduli, guaranteed_bits,
+                         moduli_for_bits)
 from .spec.seed import K_CHUNK_MAX as PHASE22_KCHUNK
 from .spec.seed import PRIMES as PHASE22_PRIMES
 
 #: What the layer above provides (``ozaki_backend._api`` calls :func:`bind`).
-_bound = {"execute": None, "exponent_spread": None}
+_bound = {"execute": None, "moduli_for": None}
 
 
-def bind(*, execute, exponent_spread) -> None:
+def bind(*, execute, moduli_for) -> None:
     """Install the functions :meth:`Plan.matmul` and :meth:`Plan.resolve` call.
 
     Parameters
@@ -41,12 +41,12 @@ def bind(*, execute, exponent_spread) -> None:
     execute : callable
         ``execute(plan, a, b, engine=, out=, alpha=, beta=, c=)``: the product with a
         given plan (``ozaki_backend._api``).
-    exponent_spread : callable
-        ``exponent_spread(a, b, plan)``: the operands' exponent spread, computed where
-        they live (``ozaki_backend.registry``).
+    moduli_for : callable
+        ``moduli_for(a, b, plan)``: the moduli count the certificate chooses for the
+        operands, computed where they live (``ozaki_backend.registry``).
     """
     _bound["execute"] = execute
-    _bound["exponent_spread"] = exponent_spread
+    _bound["moduli_for"] = moduli_for
 
 
 def plan(m, n, k, *, precision="fp64", bits=None, moduli=None, mode="accurate",
@@ -83,18 +83,21 @@ class Plan:
         The moduli (``ozaki2``) or primes (``phase22``) used; for an adaptive plan the
         most it may use (a product uses the first :meth:`moduli_for` of them).
     adaptive : bool
-        True for ``precision="fp64"`` without ``bits=`` or ``moduli=`` (``ozaki2``): the
-        moduli count is chosen per product from the operands' exponent spread
-        (``docs/spec.md`` §1) by the rule in ``rule``; the plan itself stays a function of
-        the shape and options only.
+        True for ``precision="fp64"`` without ``bits=`` or ``moduli=`` (``ozaki2``): each
+        product uses the fewest moduli whose certificate meets the native-level target
+        (``docs/spec.md`` §10); the plan itself stays a function of the shape and
+        options only.
     moduli_range : tuple of int
         ``(fewest, most)`` moduli a product with this plan may use (equal when fixed).
+    expected_moduli : int
+        The count ordinary data (no large exponent spread) certifies with; the cost
+        model's estimate (equal to the count when fixed).
     bits : int
         Bits kept of each row's / column's largest element, guaranteed for any data
-        (adaptive plans: with the fewest moduli of the range).
+        (adaptive plans: with the expected count).
     n_gemms : int
-        Integer GEMMs per product (for ``accurate``, one of them is the bound GEMM;
-        adaptive plans: with the most moduli of the range).
+        Integer GEMMs per product, the bound GEMM included (adaptive plans: with the
+        most moduli of the range).
     k_split : int
         Number of k chunks (reductions longer than the exact INT32 range are split).
     k_chunk : int
@@ -108,7 +111,7 @@ class Plan:
 
     __slots__ = ("m", "n", "k", "scheme", "mode", "moduli", "bits", "n_gemms",
                  "k_split", "k_chunk", "workspace_bytes", "rule", "residual", "options",
-                 "adaptive", "moduli_range", "_resolved")
+                 "adaptive", "moduli_range", "expected_moduli", "_resolved")
 
     def __init__(self, m, n, k, *, precision="fp64", bits=None, moduli=None,
                  mode="accurate", scheme="ozaki2", engine="auto", residual=False):
@@ -136,6 +139,7 @@ class Plan:
             self.k_split = max(1, -(-k // PHASE22_KCHUNK))
             self.n_gemms = 4 * len(PHASE22_PRIMES)
             self.moduli_range = (len(PHASE22_PRIMES), len(PHASE22_PRIMES))
+            self.expected_moduli = len(PHASE22_PRIMES)
             self.rule = ("phase22: the seed's 7 primes < 128, hi/lo 17-bit split "
                          "(4 passes x 7 INT8 GEMMs), k chunks of 4096, adaptive nl per "
                          "128x64 tile")
@@ -152,20 +156,24 @@ class Plan:
             rule = (f"bits={opts['bits']}: fewest moduli with H >= k * 4**bits "
                     f"at k = {kk} -> {N}")
         else:
-            lo, N, rule = fp64_rule(kk, self.mode)
+            N = MAX_MODULI
             self.adaptive = True
+            rule = (f"precision='fp64': per call the fewest moduli ({MIN_MODULI}-{N}) whose "
+                    f"error certificate meets c_k u (|A||B|)_ij, c_k = min(k-1, {CERT_C}) = "
+                    f"{certificate_factor(kk)}; if {N} do not, the residual pass, then the "
+                    f"native GEMM (docs/spec.md section 10)")
         self.moduli = MODULI[:N]
-        self.moduli_range = (lo, N) if self.adaptive else (N, N)
-        self.bits = guaranteed_bits(self.moduli_range[0], kk)
+        self.moduli_range = (MIN_MODULI, N) if self.adaptive else (N, N)
+        self.expected_moduli = expected_moduli(kk) if self.adaptive else N
+        self.bits = guaranteed_bits(self.expected_moduli, kk)
         self.rule = rule
         self.k_chunk = min(KSPLIT, kk)
         self.k_split = max(1, -(-k // KSPLIT))
-        self.n_gemms = N * self.k_split + (1 if self.mode == "accurate" else 0)
+        self.n_gemms = N * self.k_split + 1
         # int8 residue planes of both operands, int32 products of one modulus at a
-        # time for all moduli, the bound matrix in accurate mode, exponents.
+        # time for all moduli, the bound GEMM's operands and product, statistics.
         self.workspace_bytes = (N * k * (m + n) + 4 * N * m * n
-                                + (k * (m + n) + 4 * m * n if self.mode == "accurate" else 0)
-                                + 8 * (m + n))
+                                + k * (m + n) + 4 * m * n + 32 * (m + n))
 
     @property
     def n_moduli(self) -> int:
@@ -177,45 +185,41 @@ class Plan:
     def log2_M(self) -> float:
         return math.log2(math.prod(self.moduli))
 
-    def moduli_for_spread(self, spread: int) -> int:
-        """The moduli count a product whose operands have exponent spread ``spread``
-        (``docs/spec.md`` §1) uses with this plan."""
-        return self.for_spread(spread).n_moduli
-
-    def for_spread(self, spread: int) -> "Plan":
-        """The fixed-count plan an adaptive plan uses for operands of exponent spread
-        ``spread``; a fixed-count plan returns itself. Both engines call this with the
-        same integer, so they use the same count."""
+    def for_count(self, n_moduli: int) -> "Plan":
+        """The fixed-count plan an adaptive plan uses when its certificate chooses
+        ``n_moduli``; a fixed-count plan returns itself."""
         if not self.adaptive:
             return self
-        edges = fp64_table()["spread_edges"]
-        b = spread_bucket(int(spread), edges)
-        p = self._resolved.get(b)
+        p = self._resolved.get(n_moduli)
         if p is None:
-            N, why = moduli_for_fp64(max(self.k, 1), self.mode, int(spread))
             opts = dict(self.options)
-            opts["moduli"] = N
+            opts["moduli"] = int(n_moduli)
             p = Plan(self.m, self.n, self.k, **opts)
-            p.rule = f"precision='fp64', chosen per call from the exponent spread: {why}"
-            self._resolved[b] = p
+            p.rule = (f"precision='fp64': {n_moduli} moduli, the fewest whose certificate "
+                      "meets the native-level target for these operands")
+            self._resolved[n_moduli] = p
         return p
 
-    def resolve(self, a, b) -> "Plan":
-        """The fixed-count plan a product of ``a (m, k)`` and ``b (k, n)`` uses.
+    def moduli_for(self, a, b):
+        """The number of moduli a product of finite ``a (m, k)``, ``b (k, n)`` uses with
+        this plan: its own count when fixed; for ``precision="fp64"`` the fewest whose
+        certificate meets the target (computed where the operands live, exactly as the
+        engines do), or None when none does (the product then takes the residual pass
+        or the native GEMM, ``docs/spec.md`` §10.4)."""
+        if not self.adaptive:
+            return self.n_moduli
+        return _bound["moduli_for"](a, b, self)
 
-        For an adaptive (``precision="fp64"``) plan, the moduli count is chosen from the
-        operands' exponent spread (``docs/spec.md`` §1; computed on the GPU for CuPy
-        operands, exactly as the CUDA engine does); ``resolve(a, b).matmul(a, b)`` gives
-        the same bits as ``matmul(a, b)``. A fixed-count plan returns itself.
-        """
+    def resolve(self, a, b) -> "Plan":
+        """The fixed-count plan a product of ``a (m, k)`` and ``b (k, n)`` uses:
+        ``resolve(a, b).matmul(a, b)`` gives the same bits as ``matmul(a, b)`` whenever
+        some count certifies (:meth:`moduli_for` is not None). A fixed-count plan
+        returns itself; an adaptive one whose operands no count certifies returns its
+        20-moduli plan."""
         if not self.adaptive:
             return self
-        return self.for_spread(_bound["exponent_spread"](a, b, self))
-
-    def moduli_for(self, a, b) -> int:
-        """The number of moduli a product of finite ``a (m, k)``, ``b (k, n)`` uses with
-        this plan (the plan's own count when it is fixed)."""
-        return self.resolve(a, b).n_moduli
+        N = self.moduli_for(a, b)
+        return self.for_count(N if N is not None else MAX_MODULI)
 
     def matmul(self, a, b, *, engine=None, out=None, alpha=1.0, beta=0.0, c=None):
         """Multiply with this plan (shapes must match the plan's m, n, k)."""
@@ -242,13 +246,16 @@ class Plan:
         if self.adaptive:
             lo, hi = self.moduli_range
             kk = max(self.k, 1)
+            ex = self.expected_moduli
             lines = head + [
-                f"  moduli         : {lo}-{hi}, chosen per call from the operands' exponent "
-                f"spread (the first N of {list(self.moduli)})",
-                f"  log2(M)        : {math.log2(math.prod(MODULI[:lo])):.2f}-{self.log2_M:.2f}",
-                f"  bits / operand : {self.bits}-{guaranteed_bits(hi, kk)} (guaranteed, "
-                f"largest element of each row/column)",
-                f"  integer GEMMs  : {self.n_gemms - (hi - lo) * self.k_split}-{self.n_gemms}",
+                f"  moduli         : {lo}-{hi}, the fewest that certify, per call (ordinary "
+                f"data: {ex}; the first N of {list(self.moduli)})",
+                f"  log2(M)        : {math.log2(math.prod(MODULI[:ex])):.2f} ({ex}) - "
+                f"{self.log2_M:.2f} ({hi})",
+                f"  bits / operand : {self.bits} ({ex}) - {guaranteed_bits(hi, kk)} ({hi}) "
+                f"(guaranteed, largest element of each row/column)",
+                f"  integer GEMMs  : {ex * self.k_split + 1} ({ex}) - {self.n_gemms} ({hi}), "
+                f"the bound GEMM included",
             ] + tail + [
                 f"  workspace      : up to {self.workspace_bytes / 2**20:.1f} MiB",
             ]

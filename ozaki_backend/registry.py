@@ -1,10 +1,10 @@
 """Which engine computes a call: the one resolver of ``engine="auto"``, the host copy
-that lets the CPU engine take CuPy operands, and the operands' data statistics.
+that lets the CPU engine take CuPy operands, and the moduli count where the operands live.
 
 The CPU engine is always there; the CUDA engine is imported on first use only (it
 imports CuPy), so that ``import ozaki_backend`` never creates a CUDA context. Everything
 that needs to know which engine runs — the API, the dispatch layer's routing and cost
-model, ``Plan.resolve`` — asks here.
+model, ``Plan.moduli_for`` — asks here.
 """
 
 from __future__ import annotations
@@ -87,20 +87,25 @@ class HostCopy(Engine):
     def availability(self):
         return CPU.availability()
 
-    def product(self, a3, b3, plan, out3, *, alpha=1.0, beta=0.0, c3=None) -> bool:
+    def product(self, a3, b3, plan, out3, *, alpha=1.0, beta=0.0, c3=None,
+                bound3=None) -> int:
         import cupy
 
         host = np.empty(out3.shape)
+        hbound = None if bound3 is None else np.empty(bound3.shape)
         done = CPU.product(cupy.asnumpy(a3), cupy.asnumpy(b3), plan, host, alpha=alpha,
-                           beta=beta, c3=None if c3 is None else cupy.asnumpy(c3))
+                           beta=beta, c3=None if c3 is None else cupy.asnumpy(c3),
+                           bound3=hbound)
         if done:
             out3[...] = cupy.asarray(host)
+            if bound3 is not None:
+                bound3[...] = cupy.asarray(hbound)
         return done
 
-    def exponent_spread(self, A, B) -> int:
+    def moduli_for(self, A, B, plan):
         import cupy
 
-        return CPU.exponent_spread(cupy.asnumpy(A), cupy.asnumpy(B))
+        return CPU.moduli_for(cupy.asnumpy(A), cupy.asnumpy(B), plan)
 
 
 HOST_COPY = HostCopy()
@@ -111,19 +116,15 @@ def engine_of(a, b) -> Engine:
     return get("cuda") if (is_cupy(a) or is_cupy(b)) else CPU
 
 
-def exponent_spread(a, b, plan=None) -> int:
-    """The exponent spread of the product ``a @ b`` (``docs/spec.md`` §1.1) that
-    ``precision="fp64"`` chooses its moduli count from: the largest
-    ``E_i - floor(mean exponent)`` over the rows of ``a`` and the columns of ``b``.
-
-    NumPy operands: the CPU reference; CuPy operands: the CUDA engine's kernels, bit
-    for bit the same integer. ``plan``, when given, must match the operands' shape.
-    """
+def moduli_for(a, b, plan):
+    """The moduli count ``plan`` uses for the 2-D product ``a @ b``, computed where the
+    operands live (NumPy: the CPU reference; CuPy: the CUDA engine's kernels, bit for
+    bit the same integer): ``plan``'s own count when fixed; for ``precision="fp64"`` the
+    fewest whose certificate meets the target, or None when none does."""
     sa, sb = tuple(np.shape(a)), tuple(np.shape(b))
     if len(sa) != 2 or len(sb) != 2 or sa[1] != sb[0]:
-        raise ValueError(f"exponent_spread needs 2-D operands (m, k) @ (k, n); got {sa} "
-                         f"and {sb}")
-    if plan is not None and (sa[0], sb[1], sa[1]) != (plan.m, plan.n, plan.k):
+        raise ValueError(f"moduli_for needs 2-D operands (m, k) @ (k, n); got {sa} and {sb}")
+    if (sa[0], sb[1], sa[1]) != (plan.m, plan.n, plan.k):
         raise ValueError(f"plan is for ({plan.m} x {plan.k}) @ ({plan.k} x {plan.n}); "
                          f"operands are ({sa[0]} x {sa[1]}) @ ({sb[0]} x {sb[1]})")
     eng = engine_of(a, b)
@@ -135,7 +136,7 @@ def exponent_spread(a, b, plan=None) -> int:
 
         a = cupy.asarray(a, dtype=np.float64)
         b = cupy.asarray(b, dtype=np.float64)
-    return int(eng.exponent_spread(a, b))
+    return eng.moduli_for(a, b, plan)
 
 
 def describe(plan, requested: str = "auto") -> str:

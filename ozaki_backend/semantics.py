@@ -221,3 +221,19 @@ def _cupy():
     import cupy
 
     return cupy
+
+
+def report_overflow(name: str) -> None:
+    """Report an overflow of a product the way NumPy reports its own: under
+    ``np.errstate(over=...)`` — ``"raise"`` raises :class:`FloatingPointError`,
+    ``"warn"`` warns (RuntimeWarning), ``"call"``/``"print"``/``"log"`` as configured —
+    with NumPy's message ``"overflow encountered in <name>"`` (``name``: ``"matmul"`` or
+    ``"dot"``). It makes NumPy's own function overflow on a 1-element product, so the
+    report is exactly NumPy's, whatever the error state."""
+    big = np.array([[np.finfo(np.float64).max]])
+    two = np.array([[2.0]])
+    with _native.suspended():
+        if name == "dot":
+            np.dot(big, two)
+        else:
+            np.matmul(big, two)

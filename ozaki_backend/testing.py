@@ -412,22 +412,24 @@ def _up(x):
 
 @_native_products
 def error_bound(A, B, plan=None, C=None):
-    """Rigorous per-element bound on ``|C - A B|`` for an Ozaki-II product.
+    """Rigorous per-element bound on ``|C - A B|`` for an Ozaki-II product, computed
+    independently of the engines' certificate (from the exact truncation errors).
 
-    With the plan's exponents ``s, t`` (:func:`ozaki_backend.reference.scaling.exponents`),
-    ``A' = trunc(A 2^s)``, ``B' = trunc(B 2^t)`` and the truncation errors
-    ``dA = A - A' 2^-s``, ``dB = B - B' 2^-t`` (``|dA_ik| <= min(|A_ik|, 2^-s_i)``):
+    With the equilibrated operands (``docs/spec.md`` §2.1; ``A_e B_e = A B`` exactly), the
+    exponents ``s, t`` of the count the product used, ``A' = trunc(A_e 2^s)``,
+    ``B' = trunc(B_e 2^t)`` and the truncation errors ``dA = A_e - A' 2^-s``,
+    ``dB = B_e - B' 2^-t``:
 
-        A B - A' B' 2^-(s+t) = dA B + (A' 2^-s) dB,
+        A B - A' B' 2^-(s+t) = dA B_e + (A' 2^-s) dB,
 
     and the pipeline returns ``C = RN(A'B' 2^-(s+t))`` exactly rounded once, whose
     error is at most ``u |C| + 2^-1075`` (``u = 2^-53``). Hence
 
-        |C - A B|_ij <= sum_k (|dA_ik| |B_kj| + |A'_ik 2^-s_i| |dB_kj|) + u |C_ij| + 2^-1075.
+        |C - A B|_ij <= sum_k (|dA_ik| |B_e,kj| + |A'_ik 2^-s_i| |dB_kj|) + u |C_ij| + 2^-1075.
 
     The truncation errors enter exactly (they are computable without rounding, see
-    Notes) rather than through ``min(|A_ik|, 2^-s_i)``: for operands of one sign every
-    term pushes the same way and the bound is then attained up to ``O(k u)``.
+    Notes) rather than through ``2^-s_i``: for operands of one sign every term pushes
+    the same way and the bound is then attained up to ``O(k u)``.
 
     Parameters
     ----------
@@ -446,23 +448,30 @@ def error_bound(A, B, plan=None, C=None):
         An upper bound on ``|C - A B|`` for every element (``inf`` only where the
         bound itself exceeds the float64 range).
 
+    Raises
+    ------
+    ValueError
+        For a ``precision="fp64"`` product that the certificate sent to the residual pass
+        or the native GEMM (this bound describes the integer product only; use
+        ``matmul(..., return_bound=True)`` for those).
+
     Notes
     -----
     Evaluation is rigorous although it runs in float64 round-to-nearest. Everything
     is computed in the scaled domain, where no intermediate overflows:
-    ``a = |frac(A 2^s)| = |dA| 2^s`` (exact: ``x - trunc(x)`` is exact in IEEE
-    arithmetic; ``A 2^s`` is exact unless it is subnormal), ``|B 2^t|``, ``|A'|``
+    ``a = |frac(A_e 2^s)| = |dA| 2^s`` (exact: ``x - trunc(x)`` is exact in IEEE
+    arithmetic; ``A_e 2^s`` is exact unless it is subnormal), ``|B_e 2^t|``, ``|A'|``
     and ``b = |dB| 2^t``, all non-negative. Then
 
-        T = a @ |B 2^t| + |A'| @ b,      bound = T 2^-(s+t) + u|C| + 2^-1075.
+        T = a @ |B_e 2^t| + |A'| @ b,      bound = T 2^-(s+t) + u|C| + 2^-1075.
 
     * A float64 GEMM of non-negative data of inner length ``k``, in any order and with
       or without FMA, returns ``G >= (1 - γ_k) G_exact - k η`` (``γ_k = ku/(1-ku)``,
       ``η = 2^-1074`` covering underflowed products), so
       ``T <= (G_1 + G_2 + 2kη)/(1 - γ_k) <= (G_1 + G_2 + 2kη)(1 + 2(k+2)u)`` for
       ``ku <= 1/4``. The factor ``1 + 2(k+2)u`` is an exact float64.
-    * Subnormal scaled operands: rounding ``A 2^s`` (or ``B 2^t``) loses at most
-      ``η/2`` per entry; its effect on ``T`` is at most ``k η (max|B 2^t| + max|A'| +
+    * Subnormal scaled operands: rounding ``A_e 2^s`` (or ``B_e 2^t``) loses at most
+      ``η/2`` per entry; its effect on ``T`` is at most ``k η (max|B_e 2^t| + max|A'| +
       2)`` per element, added as an explicit slack (it is about 2^-900 or less).
     * Every other step (the additions, the product with the factor) is rounded to
       nearest and then moved one float up (``nextafter(·, +inf)``), which makes it an
@@ -470,7 +479,7 @@ def error_bound(A, B, plan=None, C=None):
       covered by adding ``η``) and overflows to ``+inf`` (still a bound).
     """
     from .plan import Plan
-    from .reference import scaling
+    from .reference import certificate, equilibrate, pipeline, scaling
 
     A = np.asarray(A, dtype=np.float64)
     B = np.asarray(B, dtype=np.float64)
@@ -483,10 +492,13 @@ def error_bound(A, B, plan=None, C=None):
         plan = Plan(m, n, k)
     if plan.scheme != "ozaki2":
         raise NotImplementedError("error_bound covers scheme='ozaki2' only")
-    if C is None:
-        from .reference.engine import product_2d as matmul_2d
-
-        C = matmul_2d(A, B, plan)
+    if C is None or plan.adaptive:
+        res = pipeline.ozaki2_2d(A, B, plan) if k and m and n else None
+        if res is not None and res.outcome in (pipeline.RESIDUAL, pipeline.NATIVE):
+            raise ValueError(f"the product took the {res.outcome}: error_bound describes "
+                             "the integer product only")
+        if C is None:
+            C = res.C if res is not None else np.zeros((m, n))
     C = np.asarray(C, dtype=np.float64)
     if C.shape != (m, n):
         raise ValueError(f"C has shape {C.shape}; expected {(m, n)}")
@@ -495,7 +507,10 @@ def error_bound(A, B, plan=None, C=None):
     rounding = _up(np.ldexp(np.abs(C), -53) + ETA)
     if k == 0 or m == 0 or n == 0:
         return rounding
-    s, t = scaling.exponents(A, B, plan)
+    A, B, _ = equilibrate.equilibrate(A, B)
+    st = scaling.statistics(A, B, plan.mode)
+    N = certificate.choose_count(st, plan.mode)[0] if plan.adaptive else plan.n_moduli
+    s, t = scaling.shifts(st, N, plan.mode)
     As = np.ldexp(A, s[:, None])                   # exact unless subnormal
     Bs = np.ldexp(B, t[None, :])
     Ai = np.trunc(As)                              # A' (spec §3)

@@ -4,6 +4,8 @@ import math
 import random
 
 import numpy as np
+
+from ozaki_backend.semantics import apply_alpha_beta
 import pytest
 
 from ozaki_backend.spec.moduli import MAX_MODULI, MIN_MODULI, MODULI, crt_constants
@@ -87,6 +89,6 @@ def test_subnormal_and_overflow_edges():
 def test_alpha_beta_follow_blas():
     C = np.array([[1.0, 2.0]])
     C0 = np.array([[np.nan, 4.0]])
-    np.testing.assert_array_equal(crt.apply_alpha_beta(C, 2.0, 0.0, C0), [[2.0, 4.0]])
-    np.testing.assert_array_equal(crt.apply_alpha_beta(C, 1.0, 0.5, np.ones((1, 2))),
+    np.testing.assert_array_equal(apply_alpha_beta(C, 2.0, 0.0, C0), [[2.0, 4.0]])
+    np.testing.assert_array_equal(apply_alpha_beta(C, 1.0, 0.5, np.ones((1, 2))),
                                   [[1.5, 2.5]])

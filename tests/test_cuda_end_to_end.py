@@ -10,7 +10,7 @@ import pytest
 
 import ozaki_backend
 from ozaki_backend.plan import Plan
-from ozaki_backend.reference.crt import apply_alpha_beta
+from ozaki_backend.semantics import apply_alpha_beta
 from ozaki_backend.reference.engine import product_2d as ref_2d
 
 cupy = pytest.importorskip("cupy")

@@ -76,11 +76,7 @@ def test_exponents_with_tiled_bound_matrix():
     A, B = _data(rng, m, k), _data(rng, k, n)
     plan = Plan(m, n, k, moduli=14, mode="accurate")
     s_ref, t_ref = rsc.exponents(A, B, plan)
-    tm, tn = 64, 48
-    tiles = [(i0, min(m, i0 + tm), j0, min(n, j0 + tn))
-             for i0 in range(0, m, tm) for j0 in range(0, n, tn)]
-    s, t, _, _ = scaling.shifts(cupy.asarray(A), cupy.asarray(B), 14, "accurate",
-                                tiles=tiles, tm=tm, tn=tn)
+    s, t = scaling.exponents(cupy.asarray(A), cupy.asarray(B), plan, tile=(64, 48))
     np.testing.assert_array_equal(s.get(), s_ref)
     np.testing.assert_array_equal(t.get(), t_ref)
     assert round_up(k, 16) == 80

@@ -29,7 +29,7 @@ def test_kernels_and_data_are_inside_the_wheel(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for k in KERNELS:
         assert f"ozaki_backend/kernels/{k}" in names, k
-    assert "ozaki_backend/_data/fp64_moduli.json" in names
+    assert "ozaki_backend/_data/gemm_tuning.json" in names
     # the start-up hook must sit at the top level of site-packages
     assert "ozaki_backend.pth" in names and "_ozaki_backend_start.py" in names
     assert any(n.startswith("ozaki_backend/dispatch/_loophook") for n in names)

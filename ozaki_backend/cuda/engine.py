@@ -18,15 +18,16 @@ from __future__ import annotations
 import cupy
 import numpy as np
 
-from ..engine import Engine
+from ..engine import DECLINED, DONE, OVERFLOW, Engine
 from ..semantics import apply_alpha_beta
-from . import availability, phase22, pipeline, scaling, staging, tuning
+from . import availability, phase22, pipeline, staging, tuning
 from .errors import CudaEngineError, translating
 
 
 # --------------------------------------------------------------------------- NumPy in/out
 
-def matmul_numpy(a3, b3, plan, *, phases=None, check_finite=False, out=None):
+def matmul_numpy(a3, b3, plan, *, phases=None, check_finite=False, out=None, bound=None,
+                 flags=None):
     """Stacked product of float64 NumPy operands on the GPU.
 
     Parameters
@@ -42,6 +43,10 @@ def matmul_numpy(a3, b3, plan, *, phases=None, check_finite=False, out=None):
         path; a host-side ``isfinite`` pass costs ~140 ms at n = 8192.
     out : ndarray, optional
         C-contiguous float64 of shape ``batch + (m, n)`` to write into.
+    bound : ndarray, optional
+        C-contiguous float64 like ``out``: receives the per-element error bound.
+    flags : dict, optional
+        Receives ``"overflow"``: whether some element is infinite (checked on the device).
 
     Returns
     -------
@@ -74,6 +79,7 @@ def matmul_numpy(a3, b3, plan, *, phases=None, check_finite=False, out=None):
         return out
     with translating("CUDA engine (NumPy operands)"):
         stream = staging.thread_stream()
+        overflow = False
         with stream:
             last = {}
             for idx in np.ndindex(*batch):
@@ -82,21 +88,29 @@ def matmul_numpy(a3, b3, plan, *, phases=None, check_finite=False, out=None):
                 B, fb = staging.cached_upload(b3[idx], "b", last, stream)
                 staging.wait(fa + fb)
                 C = cupy.empty((m, n), dtype=np.float64)
+                Bd = None if bound is None else cupy.empty((m, n), dtype=np.float64)
                 if pipeline.product_into(A, B, plan, C, phases=phases,
-                                         check_finite=check_finite) is None:
+                                         check_finite=check_finite, bound=Bd) is None:
                     return None
+                if flags is not None:
+                    overflow = overflow or bool(cupy.isinf(C).any())
                 staging.download(C, out[idx], stream)
-                del C
+                if Bd is not None:
+                    staging.download(Bd, bound[idx], stream)
+                del C, Bd
             last.clear()
         stream.synchronize()
+        if flags is not None:
+            flags["overflow"] = overflow
     return out
 
 
 # --------------------------------------------------------------------------- CuPy in/out
 
-def matmul_device(a3, b3, plan, out3, *, alpha=1.0, beta=0.0, c3=None) -> bool:
+def matmul_device(a3, b3, plan, out3, *, alpha=1.0, beta=0.0, c3=None, bound3=None) -> bool:
     """Stacked product of float64 CuPy operands into the CuPy ``out3`` (any strides),
-    ``alpha``/``beta`` fused into the output pass; False if an operand holds Inf/NaN."""
+    ``alpha``/``beta`` fused into the output pass (and the error bound into ``bound3``);
+    False if an operand holds Inf/NaN."""
     if plan.scheme == "phase22":
         if not bool(cupy.isfinite(a3).all() & cupy.isfinite(b3).all()):
             return False
@@ -109,7 +123,8 @@ def matmul_device(a3, b3, plan, out3, *, alpha=1.0, beta=0.0, c3=None) -> bool:
     for idx in np.ndindex(*a3.shape[:-2]):
         done = pipeline.product_into(a3[idx], b3[idx], plan, out3[idx], alpha=alpha,
                                      beta=beta, C0=None if c3 is None else c3[idx],
-                                     check_finite=True)
+                                     check_finite=True,
+                                     bound=None if bound3 is None else bound3[idx])
         if done is None:
             return False
     return True
@@ -141,19 +156,25 @@ class CudaEngine(Engine):
     def availability(self):
         return availability()
 
-    def product(self, a3, b3, plan, out3, *, alpha=1.0, beta=0.0, c3=None) -> bool:
+    def product(self, a3, b3, plan, out3, *, alpha=1.0, beta=0.0, c3=None,
+                bound3=None) -> int:
         if isinstance(a3, np.ndarray):
-            res = matmul_numpy(a3, b3, plan, check_finite=True, out=out3)
+            flags = {}
+            res = matmul_numpy(a3, b3, plan, check_finite=True, out=out3, bound=bound3,
+                               flags=flags)
             if res is None:
-                return False
+                return DECLINED
             if alpha != 1.0 or beta != 0.0:
                 out3[...] = apply_alpha_beta(out3, alpha, beta, c3)
-            return True
+            return OVERFLOW if flags.get("overflow") else DONE
         with translating("CUDA engine (CuPy operands)"):
-            return matmul_device(a3, b3, plan, out3, alpha=alpha, beta=beta, c3=c3)
+            done = matmul_device(a3, b3, plan, out3, alpha=alpha, beta=beta, c3=c3,
+                                 bound3=bound3)
+        return DONE if done else DECLINED
 
-    def exponent_spread(self, A, B) -> int:
-        return scaling.exponent_spread(A, B)
+    def moduli_for(self, A, B, plan):
+        with translating("CUDA engine"):
+            return pipeline.moduli_for(A, B, plan)
 
     def describe(self, plan) -> str:
         return "GEMM path: " + gemm_path(plan)

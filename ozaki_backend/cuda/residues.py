@@ -25,8 +25,8 @@ def _check_moduli(moduli):
     return len(moduli)
 
 
-def residue_planes_into(X, shift, R, n_moduli):
-    """Residues of ``trunc(X 2^shift_row)`` into planes ``R``.
+def residue_planes_into(X, shift, R, n_moduli, S=None, ks=0):
+    """Residues of ``trunc(X 2^(ks S_k) 2^shift_row)`` into planes ``R``.
 
     Parameters
     ----------
@@ -34,6 +34,9 @@ def residue_planes_into(X, shift, R, n_moduli):
         The operand read row-wise (A itself, or B.T).
     shift : cupy int32 (rows,) or None
         Row exponents (None: X already holds integers).
+    S : cupy int32 (cols,) or None
+        Equilibration exponents (``docs/spec.md`` §2.1), applied as ``2^(ks S_k)``
+        (``ks = -1`` for A, ``+1`` for B read as its transpose).
     R : cupy int8 (>= N, >= rows, kpad), C-contiguous, 8-byte aligned
         Plane ``l`` is ``R[l, :rows, :]``; columns ``cols..kpad-1`` are zeroed.
         (The kernel stores 8 bytes of a row at a time; kpad is a multiple of KPAD.)
@@ -50,8 +53,9 @@ def residue_planes_into(X, shift, R, n_moduli):
     grid = (-(-kpad // 64), -(-rows // 32))
     if grid[1] > 65535:
         raise ValueError(f"operand too tall for one launch ({rows} rows)")
-    fn(grid, (256,), (X, rs, cs, np.int32(rows), np.int32(cols), rows_fast, np.int32(kpad),
-                      shift, R, np.int64(R.shape[1] * kpad), np.int32(n_moduli)))
+    fn(grid, (256,), (X, rs, cs, np.int32(rows), np.int32(cols), rows_fast, S, np.int32(ks),
+                      np.int32(kpad), shift, R, np.int64(R.shape[1] * kpad),
+                      np.int32(n_moduli)))
 
 
 def residues(Aint, moduli):

@@ -1,34 +1,34 @@
-"""Stage 1 on the GPU — per-row exponents ``s`` of A and per-column exponents ``t`` of B.
+"""Stages 0–1 on the GPU — equilibration, statistics and the row / column exponents.
 
-Mirrors :mod:`ozaki_backend.reference.scaling` (``docs/spec.md`` §2–3): the same exact
-integer quantities, computed by the kernels of ``kernels/scaling.cu``:
+Mirrors :mod:`ozaki_backend.reference.equilibrate` and
+:mod:`ozaki_backend.reference.scaling` (``docs/spec.md`` §2–3): the same exact integer
+quantities, computed by the kernels of ``kernels/scaling.cu``. Operands are read
+row-wise: A as ``m x k`` and B through its transpose ``n x k`` (any strides, no copies);
+the equilibration exponents ``S`` are applied on the fly by every kernel that reads an
+operand (``x 2^-S_k`` for A, ``x 2^S_k`` for B).
 
-* ``fast``: row exponents (atomic max of frexp exponents), sums of squares of the
-  ceiling-quantised magnitudes in u64 (atomic adds of integers: exact in any order),
-  then ``s = floor(lambda(S)/2) + D - E``.
-* ``accurate``: the quantised operands (``D = 6``, int8) go through one INT8 GEMM (the
-  bound matrix ``P``); row maxima give ``sigma``, column minima of
-  ``lambda(P) - sigma`` give ``tau``. When ``P`` does not fit in device memory it is
-  computed tile by tile, twice (once for the row maxima, once for the column minima).
-
-Operands are read row-wise: A as ``m x k`` and B through its transpose ``n x k``
-(any strides; no copies).
-
-``precision="fp64"`` (adaptive plans): :func:`choose_moduli` runs the row-exponent pass
-with the exponents' sums and counts (``oz_row_exponent_stats``, the same single read of
-A and B), folds them into the exponent spread and the Inf/NaN flag on the device
-(``oz_spread``) and reads those 8 bytes back: the moduli count is then the plan's table
-entry for that spread, exactly as on the CPU. The row exponents are handed on to the
-shift computation, so nothing is read twice.
+* :func:`equilibration` — the exponent range of every column of A and row of B, and
+  ``S`` (``oz_col_exponents``, ``oz_equilibrate``);
+* :func:`statistics` — row exponents, exactness thresholds and non-zero counts
+  (``oz_row_stats``), fast mode's sums of squares (``oz_row_sumsq``);
+* :class:`BoundMatrix` — the bound GEMM ``P = alpha beta^T`` of the floor-quantised
+  operands (``oz_quantize_down`` + a cuBLAS INT8 GEMM), tile by tile when it does not
+  fit, with the row sums ``SA``, ``SB``;
+* :func:`kept_bits` — the bits kept of each row's / column's largest element for every
+  moduli count 2..20 (accurate: ``oz_u_rowmax``, ``oz_sigma_all``, ``oz_u_colmin``;
+  fast: from the sums of squares), from which the certificate chooses the count and
+  :func:`shifts_for` gives the exponents ``s``, ``t``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import cupy
 import numpy as np
 
-from .. import _stats
-from ..spec.rules import ACCURATE_D, fast_quant_bits
+from ..spec.moduli import MAX_MODULI, MIN_MODULI
+from ..spec.rules import BOUND_KMAX, fast_quant_bits
 from . import loader
 from ._common import INT_MAX, INT_MIN, KPAD, LDC_PAD, as_rows, blocks, h_params, lam1, round_up
 from .modgemm import gemm_tn
@@ -36,9 +36,13 @@ from .modgemm import gemm_tn
 #: Reduction length per block of the row reductions (kernels/scaling.cu OZ_KR).
 _KR = 256
 #: Rows per block of the column-minimum kernel (OZ_PR).
-_PR = 128
-#: Longest k the int32 bound GEMM takes in one call: k 64^2 <= 2^31 - 1.
-BOUND_KMAX = (2 ** 31 - 1) // 64 ** 2 // KPAD * KPAD
+_PR = 512
+#: Tile of the column-exponent and quantisation kernels (OZ_TR x OZ_TK).
+_TR, _TK = 32, 64
+#: Moduli counts of the per-count tables (OZ_NLO .. OZ_NLO + OZ_NN - 1).
+COUNTS = tuple(range(MIN_MODULI, MAX_MODULI + 1))
+#: Longest k the int32 bound GEMM takes in one call, a multiple of KPAD.
+BOUND_CHUNK = BOUND_KMAX // KPAD * KPAD
 
 
 def _reduce_grid(rows, cols, rows_fast):
@@ -48,9 +52,82 @@ def _reduce_grid(rows, cols, rows_fast):
     return (max(1, -(-rows // (32 if rows_fast else 8))), gy)
 
 
+def _tile_grid(rows, cols):
+    gy = -(-rows // _TR)
+    if gy > 65535:
+        raise ValueError(f"operand too tall for one launch ({rows} rows)")
+    return (max(1, -(-cols // _TK)), max(1, gy))
+
+
+_tables = {}
+
+
+def count_tables():
+    """Device arrays ``(eh, fh, empty)`` for the counts 2..20: frexp exponent and 52-bit
+    fraction field of each ``H_f``, and ``lambda(1) - floor(lambda(1) / 2)``."""
+    dev = cupy.cuda.Device().id
+    t = _tables.get(dev)
+    if t is None:
+        eh, fh, empty = [], [], []
+        for N in COUNTS:
+            e, f = h_params(N)
+            eh.append(int(e))
+            fh.append(int(f))
+            l1 = lam1(N)
+            empty.append(l1 - l1 // 2)
+        t = (cupy.asarray(np.array(eh, dtype=np.int32)),
+             cupy.asarray(np.array(fh, dtype=np.uint64)),
+             cupy.asarray(np.array(empty, dtype=np.int32)))
+        _tables[dev] = t
+    return t
+
+
+# --------------------------------------------------------------------------- stage 0
+
+def column_exponents(X, cmax, cmin):
+    """Largest / smallest frexp exponent of the non-zero entries of each column of the
+    ``rows x cols`` view ``X`` into int32 ``cmax`` / ``cmin`` (initialised here; 2000 in
+    ``cmax`` flags Inf/NaN)."""
+    rows, cols = X.shape
+    cmax.fill(INT_MIN)
+    cmin.fill(INT_MAX)
+    if rows and cols:
+        X, rs, cs, rf = as_rows(X)
+        fn = loader.get_function("scaling.cu", "oz_col_exponents")
+        fn(_tile_grid(rows, cols), (256,), (X, rs, cs, np.int32(rows), np.int32(cols), rf,
+                                            cmax, cmin))
+
+
+def equilibration(A, Bt):
+    """``(S, amax, bmax)``: the equilibration exponents (int32, length k) of
+    ``A (m x k)`` and ``B = Bt.T`` (spec §2.1), and the per-k exponent maxima (above
+    1024: an Inf/NaN entry)."""
+    k = A.shape[1]
+    ex = cupy.empty((4, k), dtype=np.int32)
+    column_exponents(A, ex[0], ex[1])
+    column_exponents(Bt, ex[2], ex[3])
+    S = cupy.empty(k, dtype=np.int32)
+    if k:
+        top = cupy.stack([ex[0].max(), ex[2].max()])     # on the device: no read-back
+        loader.get_function("scaling.cu", "oz_equilibrate")(
+            (blocks(k),), (256,), (ex[0], ex[1], ex[2], ex[3], top, np.int32(k), S))
+    return S, ex[0], ex[2]
+
+
+def equilibrate(A, B):
+    """``(A 2^-S, 2^S B, S)`` as new device arrays (the residual pass and the tests; the
+    product itself applies ``S`` on the fly)."""
+    S, _, _ = equilibration(A, B.T)
+    S64 = S.astype(np.int64)
+    return cupy.ldexp(A, -S64[None, :].astype(np.int32)), \
+        cupy.ldexp(B, S64[:, None].astype(np.int32)), S
+
+
+# --------------------------------------------------------------------------- stage 1
+
 def row_exponents(X, Emax=None):
     """int32 ``(rows,)``: max frexp exponent of each row's non-zero entries; INT_MIN for
-    an all-zero row (the finalize kernels turn it into 0). 2000 flags Inf/NaN."""
+    an all-zero row. 2000 flags Inf/NaN. (The seed scheme's prescale.)"""
     rows, cols = X.shape
     if Emax is None:
         Emax = cupy.full(rows, INT_MIN, dtype=np.int32)
@@ -64,117 +141,84 @@ def row_exponents(X, Emax=None):
     return Emax
 
 
-def row_exponent_stats(X):
-    """``(Emax, Esum, Ecnt)`` of the rows of ``X`` in one pass: the row exponents as
-    :func:`row_exponents` gives them, and the int64 sum and int32 count of the frexp
-    exponents of each row's non-zero entries (``docs/spec.md`` §1)."""
+@dataclass
+class Side:
+    """The statistics of one operand read row-wise (A's rows, or B's columns), as the
+    reference's :class:`~ozaki_backend.reference.scaling.Statistics` holds them.
+
+    ``E`` (0 for all-zero rows), ``X`` (exact thresholds, INT_MIN for all-zero rows),
+    ``n`` (non-zero counts), ``SA`` (row sums of ``alpha``, filled by the bound GEMM's
+    quantisation), ``Sq`` (fast mode: sums of squares), ``kept`` (``19 x rows``: bits
+    kept per count), ``ks`` (-1 for A, +1 for B)."""
+
+    X_op: object
+    ks: int
+    E: object
+    X: object
+    n: object
+    SA: object
+    Sq: object = None
+    kept: object = None
+    lo: object = None
+    hi: object = None
+
+
+def side_statistics(X, S, ks, mode) -> Side:
+    """Row exponents, exact thresholds and non-zero counts of the equilibrated rows of
+    ``X`` (``x 2^(ks S_k)``), and fast mode's sums of squares."""
     rows, cols = X.shape
-    Emax = cupy.full(rows, INT_MIN, dtype=np.int32)
-    Esum = cupy.zeros(rows, dtype=np.int64)
-    Ecnt = cupy.zeros(rows, dtype=np.int32)
+    st = cupy.empty((6, rows), dtype=np.int32)
+    E, Xt, n, SA, lo, hi = st[0], st[1], st[2], st[3], st[4], st[5]
+    E.fill(INT_MIN)
+    Xt.fill(INT_MIN)
+    n.fill(0)
+    SA.fill(0)
+    lo.fill(cols)
+    hi.fill(-1)
+    Xr, rs, cs, rf = as_rows(X) if rows and cols else (X, 0, 0, 0)
     if rows and cols:
-        X, rs, cs, rf = as_rows(X)
-        fn = loader.get_function("scaling.cu", "oz_row_exponent_stats")
-        fn(_reduce_grid(rows, cols, rf), (32, 8),
-           (X, rs, cs, np.int32(rows), np.int32(cols), rf, Emax, Esum, Ecnt))
-    return Emax, Esum, Ecnt
-
-
-def _fold_spread(stats, out):
-    """Fold one operand's row statistics into ``out = [max Emax, max spread]``."""
-    Emax, Esum, Ecnt = stats
-    rows = Emax.shape[0]
+        loader.get_function("scaling.cu", "oz_row_stats")(
+            _reduce_grid(rows, cols, rf), (32, 8),
+            (Xr, rs, cs, np.int32(rows), np.int32(cols), rf, S, np.int32(ks), E, Xt, n,
+             lo, hi))
     if rows:
-        fn = loader.get_function("scaling.cu", "oz_spread")
-        fn((blocks(rows),), (256,), (Emax, Esum, Ecnt, np.int32(rows), out))
+        loader.get_function("scaling.cu", "oz_zero_rows")((blocks(rows),), (256,),
+                                                          (E, np.int32(rows)))
+    side = Side(X, ks, E, Xt, n, SA, lo=lo, hi=hi)
+    if mode == "fast":
+        side.Sq = cupy.zeros(rows, dtype=np.uint64)
+        if rows and cols:
+            loader.get_function("scaling.cu", "oz_row_sumsq")(
+                _reduce_grid(rows, cols, rf), (32, 8),
+                (Xr, rs, cs, np.int32(rows), np.int32(cols), rf, S, np.int32(ks), E,
+                 np.int32(fast_quant_bits(cols)), side.Sq))
+    return side
 
 
-def spread_and_flag(A, B):
-    """``(max_exponent, spread, EA, EB)``: the largest frexp exponent of either operand
-    (above 1024: an Inf/NaN entry), the exponent spread of ``A @ B`` (``docs/spec.md``
-    §1), both host ints from one 8-byte read, and the row exponents of A and of B's
-    columns (int32, INT_MIN for all-zero rows) for :func:`shifts`."""
-    sa = row_exponent_stats(A)
-    sb = row_exponent_stats(B.T)
-    out = cupy.array([INT_MIN, 0], dtype=np.int32)
-    _fold_spread(sa, out)
-    _fold_spread(sb, out)
-    emax, spread = (int(v) for v in out.get())
-    return emax, spread, sa[0], sb[0]
+def max_exponent(a: Side, b: Side):
+    """Device scalar: the largest row exponent of either operand (above 1024: Inf/NaN)."""
+    parts = [x.E.max() for x in (a, b) if x.E.size]
+    return cupy.maximum(*parts) if len(parts) == 2 else (parts[0] if parts else
+                                                          cupy.zeros((), np.int32))
 
 
-def exponent_spread(A, B) -> int:
-    """The exponent spread of ``A @ B`` computed on the device (the same integer as
-    :func:`ozaki_backend.reference.scaling.exponent_spread`)."""
-    A = cupy.asarray(A, dtype=np.float64)
-    B = cupy.asarray(B, dtype=np.float64)
-    return spread_and_flag(A, B)[1]
+# --------------------------------------------------------------------------- bound GEMM
 
-
-def choose_moduli(A, B, plan, *, check_finite=False):
-    """``(N, exps)``: the moduli count of the product ``A @ B`` with ``plan`` and the row
-    exponents ``(EA, EB)`` already computed on the way (None if none were), to hand to
-    :func:`shifts`; ``(None, None)`` when ``check_finite`` and an operand holds Inf/NaN.
-
-    Fixed-count plans: ``plan.n_moduli``, with no device read unless ``check_finite``
-    (then one read of the largest row exponent, as before). Adaptive plans
-    (``precision="fp64"``): one pass over A and B for the exponents and their sums,
-    one 8-byte read of the spread and the Inf/NaN flag, then ``plan``'s table
-    (:meth:`~ozaki_backend.plan.Plan.moduli_for_spread`) — the CPU engine's rule on the
-    same integer. Counts the product in ``stats()["moduli"]``.
-    """
-    if plan.adaptive:
-        emax, spread, EA, EB = spread_and_flag(A, B)
-        if check_finite and emax > 1024:
-            return None, None
-        N = plan.moduli_for_spread(spread)
-        _stats.record_moduli(N)
-        return N, (EA, EB)
-    N = plan.n_moduli
-    if not check_finite:
-        _stats.record_moduli(N)
-        return N, None
-    EA, EB = row_exponents(A), row_exponents(B.T)
-    # The row-exponent kernel reports Inf/NaN as an exponent of 2000 (finite: <= 1024).
-    if int(cupy.maximum(EA.max(), EB.max())) > 1024:
-        return None, None
-    _stats.record_moduli(N)
-    return N, (EA, EB)
-
-
-def fast_row_shifts(X, n_moduli, k, E=None):
-    """Fast-mode exponents of the rows of ``X``: ``(s, E)`` int32, E finalised (``E``:
-    the row exponents when already computed, INT_MIN for all-zero rows; rewritten)."""
-    rows, cols = X.shape
-    D = fast_quant_bits(k)
-    eh, fh = h_params(n_moduli)
-    if E is None:
-        E = row_exponents(X)
-    S = cupy.zeros(rows, dtype=np.uint64)
-    s = cupy.empty(rows, dtype=np.int32)
-    if rows == 0:
-        return s, E
-    if cols:
-        X, rs, cs, rf = as_rows(X)
-        fn = loader.get_function("scaling.cu", "oz_row_sumsq")
-        fn(_reduce_grid(rows, cols, rf), (32, 8),
-           (X, rs, cs, np.int32(rows), np.int32(cols), rf, E, np.int32(D), S))
-    fin = loader.get_function("scaling.cu", "oz_finalize_fast")
-    fin((blocks(rows),), (256,), (E, S, np.int32(rows), np.int32(D), eh, fh, s))
-    return s, E
-
-
-def quantize_into(X, E, Q):
-    """Accurate-mode ``alpha`` of the rows of ``X`` into int8 ``Q (>= rows, kpad)``."""
+def quantize_down_into(side: Side, S, rows_slice, Q, sums: bool):
+    """``alpha = floor(|x| 2^(7 - E))`` of the rows ``rows_slice`` into int8 ``Q``
+    (``>= rows x kpad``), adding the row sums into ``side.SA`` when ``sums``."""
+    i0, i1 = rows_slice
+    X = side.X_op[i0:i1]
     rows, cols = X.shape
     kpad = Q.shape[1]
     if rows == 0 or kpad == 0:
         return
     X, rs, cs, rf = as_rows(X)
-    fn = loader.get_function("scaling.cu", "oz_quantize")
-    grid = (-(-kpad // 64), -(-rows // 32))
-    fn(grid, (256,), (X, rs, cs, np.int32(rows), np.int32(cols), rf, np.int32(kpad), E,
-                      np.int32(ACCURATE_D), Q))
+    SA = side.SA[i0:i1] if sums else cupy.empty(rows, dtype=np.int32)
+    loader.get_function("scaling.cu", "oz_quantize_down")(
+        (-(-kpad // _TK), -(-rows // _TR)), (256,),
+        (X, rs, cs, np.int32(rows), np.int32(cols), rf, S, np.int32(side.ks),
+         np.int32(kpad), side.E[i0:i1], Q, SA))
 
 
 def bound_tile_into(QA, QB, rows, cols, kpad, P, P32=None):
@@ -186,29 +230,31 @@ def bound_tile_into(QA, QB, rows, cols, kpad, P, P32=None):
         return
     P[:rows].fill(0)
     acc = loader.get_function("scaling.cu", "oz_accumulate_i64")
-    for k0 in range(0, kpad, BOUND_KMAX):
-        kc = min(BOUND_KMAX, kpad - k0)
+    for k0 in range(0, kpad, BOUND_CHUNK):
+        kc = min(BOUND_CHUNK, kpad - k0)
         gemm_tn(QA.data.ptr + k0, QB.data.ptr + k0, P32.data.ptr, rows, cols, kc,
                 kpad, kpad, ldc)
         acc((blocks(rows * ldc),), (256,), (P32, P, np.int64(rows * ldc)))
 
 
 class BoundMatrix:
-    """The accurate mode's bound matrix ``P``, tile by tile (``(tm, tn)`` tiles).
+    """The bound GEMM ``P = alpha beta^T`` (spec §2.3), tile by tile (``(tm, tn)`` tiles).
 
     Holds the int8 quantised operands of the current row / column block and recomputes
-    a P tile only when the tile changes (a single-tile problem computes P once).
+    a P tile only when the tile changes (a single-tile problem computes P once). The row
+    sums ``SA``/``SB`` are accumulated the first time a block is quantised.
     """
 
-    def __init__(self, A, Bt, EA, EB, kpad, tm, tn, views=None):
-        self.A, self.Bt, self.EA, self.EB = A, Bt, EA, EB
+    def __init__(self, a: Side, b: Side, S, kpad, tm, tn, views=None):
+        self.a, self.b, self.S = a, b, S
         self.kpad, self.tm, self.tn = kpad, tm, tn
-        big = kpad > BOUND_KMAX
+        big = kpad > BOUND_CHUNK
         if views is None:
             views = self.allocate(tm, tn, kpad)
         self.QA, self.QB, self.P = views["QA"], views["QB"], views["P"]
         self.P32 = views.get("P32") if big else None
         self._rows_key = self._cols_key = self._tile_key = None
+        self._summed = set()
 
     @staticmethod
     def need(ws, tm, tn, kpad):
@@ -216,7 +262,7 @@ class BoundMatrix:
         ldc = round_up(tn, LDC_PAD)
         ws.need("QA", (tm, kpad), np.int8)
         ws.need("QB", (tn, kpad), np.int8)
-        if kpad > BOUND_KMAX:
+        if kpad > BOUND_CHUNK:
             ws.need("P", (tm, ldc), np.int64)
             ws.need("P32", (tm, ldc), np.int32)
         else:
@@ -226,98 +272,113 @@ class BoundMatrix:
     def allocate(tm, tn, kpad):
         ldc = round_up(tn, LDC_PAD)
         v = {"QA": cupy.empty((tm, kpad), np.int8), "QB": cupy.empty((tn, kpad), np.int8)}
-        if kpad > BOUND_KMAX:
+        if kpad > BOUND_CHUNK:
             v["P"] = cupy.empty((tm, ldc), np.int64)
             v["P32"] = cupy.empty((tm, ldc), np.int32)
         else:
             v["P"] = cupy.empty((tm, ldc), np.int32)
         return v
 
+    def _quantize(self, side, key, Q):
+        first = ("a" if side is self.a else "b", key) not in self._summed
+        quantize_down_into(side, self.S, key, Q, sums=first)
+        self._summed.add(("a" if side is self.a else "b", key))
+
     def tile(self, i0, i1, j0, j1):
         """The P tile for rows ``i0:i1`` of A and columns ``j0:j1`` of B."""
         if self._tile_key != (i0, i1, j0, j1):
             if self._rows_key != (i0, i1):
-                quantize_into(self.A[i0:i1], self.EA[i0:i1], self.QA)
+                self._quantize(self.a, (i0, i1), self.QA)
                 self._rows_key = (i0, i1)
             if self._cols_key != (j0, j1):
-                quantize_into(self.Bt[j0:j1], self.EB[j0:j1], self.QB)
+                self._quantize(self.b, (j0, j1), self.QB)
                 self._cols_key = (j0, j1)
             bound_tile_into(self.QA, self.QB, i1 - i0, j1 - j0, self.kpad, self.P, self.P32)
             self._tile_key = (i0, i1, j0, j1)
         return self.P
 
+    def kernel(self, name):
+        """The ``_i32`` or ``_i64`` variant of a kernel reading P tiles."""
+        return loader.get_function("scaling.cu",
+                                   f"{name}_{'i64' if self.P.dtype == np.int64 else 'i32'}")
 
-def accurate_shifts(A, Bt, n_moduli, tiles, kpad, tm, tn, views=None, exps=None):
-    """Accurate-mode ``(s, t, EA, EB)`` (int32) of ``A (m x k)`` and ``Bt = B.T (n x k)``.
 
-    ``tiles`` lists the ``(i0, i1, j0, j1)`` output tiles (one tile when P fits);
-    ``exps`` the row exponents ``(EA, EB)`` when already computed (rewritten).
-    """
-    m, n = A.shape[0], Bt.shape[0]
-    D = ACCURATE_D
-    eh, fh = h_params(n_moduli)
-    EA, EB = exps if exps is not None else (row_exponents(A), row_exponents(Bt))
-    bm = BoundMatrix(A, Bt, EA, EB, kpad, tm, tn, views)
-    # Quantisation needs E with 0 for all-zero rows; INT_MIN rows are all zero, so the
-    # kernel never reads their E (it skips zero entries) — no fix-up needed before.
+def kept_bits(a: Side, b: Side, bm: BoundMatrix, tiles, mode):
+    """Fill ``a.kept`` (19 x m) and ``b.kept`` (19 x n): the bits kept of each row's and
+    column's largest element for every count 2..20 (spec §2). Both modes quantise the
+    bound GEMM's operands here (the certificate needs ``P``, ``SA``, ``SB`` anyway)."""
+    m, n = a.E.shape[0], b.E.shape[0]
+    eh, fh, empty = count_tables()
+    NN = len(COUNTS)
+    a.kept = cupy.empty((NN, m), dtype=np.int32)
+    b.kept = cupy.empty((NN, n), dtype=np.int32)
+    if mode == "fast":
+        D = np.int32(fast_quant_bits(a.X_op.shape[1]))
+        fn = loader.get_function("scaling.cu", "oz_kept_fast")
+        for side, rows in ((a, m), (b, n)):
+            if rows:
+                fn((blocks(rows),), (256,), (side.Sq, np.int32(rows), D, eh, fh, side.kept))
+        for (i0, i1, j0, j1) in tiles:      # the certificate's sums
+            bm.tile(i0, i1, j0, j1)
+        return
     rmax = cupy.zeros(m, dtype=np.int64)
-    big = bm.P.dtype == np.int64
-    rowmax = loader.get_function("scaling.cu", "oz_p_rowmax_i64" if big else "oz_p_rowmax_i32")
-    colmin = loader.get_function("scaling.cu", "oz_p_colmin_i64" if big else "oz_p_colmin_i32")
+    rowmax = bm.kernel("oz_u_rowmax")
     for (i0, i1, j0, j1) in tiles:
         P = bm.tile(i0, i1, j0, j1)
         rowmax((-(-(i1 - i0) // 8),), (256,),
-               (P, np.int64(P.shape[1]), np.int32(i1 - i0), np.int32(j1 - j0), rmax[i0:i1]))
-    sigma = cupy.empty(m, dtype=np.int32)
-    loader.get_function("scaling.cu", "oz_sigma")(
-        (blocks(m),), (256,), (rmax, np.int32(m), eh, fh, sigma))
-    tau = cupy.full(n, INT_MAX, dtype=np.int32)
+               (P, np.int64(P.shape[1]), np.int32(i1 - i0), np.int32(j1 - j0),
+                a.SA[i0:i1], a.n[i0:i1], b.SA[j0:j1], b.n[j0:j1], rmax[i0:i1]))
+    sigma = cupy.empty((NN, m), dtype=np.int32)
+    if m:
+        loader.get_function("scaling.cu", "oz_sigma_all")(
+            (blocks(m),), (256,), (rmax, np.int32(m), eh, fh, sigma))
+    tau = cupy.full((NN, n), INT_MAX, dtype=np.int32)
+    colmin = bm.kernel("oz_u_colmin")
     # Visit the tiles in reverse so that the last P tile of the first pass is reused.
     for (i0, i1, j0, j1) in reversed(tiles):
         P = bm.tile(i0, i1, j0, j1)
         grid = (-(-(j1 - j0) // 32), -(-(i1 - i0) // _PR))
-        colmin(grid, (32, 8), (P, np.int64(P.shape[1]), np.int32(i1 - i0), np.int32(j1 - j0),
-                               sigma[i0:i1], eh, fh, tau[j0:j1]))
-    s = cupy.empty(m, dtype=np.int32)
-    t = cupy.empty(n, dtype=np.int32)
-    fin = loader.get_function("scaling.cu", "oz_finalize_accurate")
-    l1 = lam1(n_moduli)
-    empty = l1 - l1 // 2
-    fin((blocks(m),), (256,), (EA, sigma, np.int32(m), np.int32(D), np.int32(empty), s))
-    fin((blocks(n),), (256,), (EB, tau, np.int32(n), np.int32(D), np.int32(empty), t))
-    return s, t, EA, EB
+        colmin(grid, (32, 8),
+               (P, np.int64(P.shape[1]), np.int32(i1 - i0), np.int32(j1 - j0),
+                a.SA[i0:i1], a.n[i0:i1], b.SA[j0:j1], b.n[j0:j1],
+                sigma[:, i0:i1], np.int32(m), eh, fh, tau[:, j0:j1], np.int32(n)))
+    fin = loader.get_function("scaling.cu", "oz_kept_accurate")
+    if m:
+        fin((blocks(m),), (256,), (sigma, np.int32(m), empty, a.kept))
+    if n:
+        fin((blocks(n),), (256,), (tau, np.int32(n), empty, b.kept))
 
 
-def shifts(A, B, n_moduli, mode, *, tiles=None, tm=None, tn=None, views=None, exps=None):
-    """``(s, t, EA, EB)`` int32 CuPy arrays for ``A (m x k)``, ``B (k x n)``: the shifts
-    and the finalised row exponents of A and of B's columns. ``exps``: the raw row
-    exponents ``(EA, EB)`` when :func:`choose_moduli` already computed them (they are
-    then not read again; the arrays are rewritten)."""
-    m, k = A.shape
-    n = B.shape[1]
-    Bt = B.T
-    EA0, EB0 = exps if exps is not None else (None, None)
-    if mode == "fast":
-        s, EA = fast_row_shifts(A, n_moduli, k, E=EA0)
-        t, EB = fast_row_shifts(Bt, n_moduli, k, E=EB0)
-    else:
-        kpad = round_up(max(k, 1), KPAD)
-        if tiles is None:
-            tm, tn = max(m, 1), max(n, 1)
-            tiles = [(0, m, 0, n)]
-        s, t, EA, EB = accurate_shifts(A, Bt, n_moduli, tiles, kpad, tm, tn, views, exps)
-    return s, t, EA, EB
+def shifts_for(side: Side, n_moduli: int):
+    """int32 exponents of one operand for ``n_moduli``: ``kept - E`` (0 for all-zero rows)."""
+    rows = side.E.shape[0]
+    s = cupy.empty(rows, dtype=np.int32)
+    if rows:
+        loader.get_function("scaling.cu", "oz_shifts_for")(
+            (blocks(rows),), (256,), (side.kept, np.int32(rows),
+                                      np.int32(n_moduli - COUNTS[0]), side.E, side.n, s))
+    return s
 
 
-def exponents(A, B, plan):
-    """Row exponents ``s`` (m,) of A and column exponents ``t`` (n,) of B for ``plan``,
-    as int64 CuPy arrays (mirrors the reference's ``exponents``; an adaptive plan
-    first picks its moduli count from the operands, :func:`choose_moduli`)."""
+def exponents(A, B, plan, tile=None):
+    """Row exponents ``s`` (m,) of A and column exponents ``t`` (n,) of B for ``plan``'s
+    moduli count and mode, as int64 CuPy arrays: the scaling stage on its own, for
+    operands as given (mirrors the reference's ``exponents``). ``tile=(tm, tn)``
+    computes the bound GEMM tile by tile, as when it does not fit."""
     A = cupy.asarray(A, dtype=np.float64)
     B = cupy.asarray(B, dtype=np.float64)
-    N, exps = choose_moduli(A, B, plan)
-    s, t, _, _ = shifts(A, B, N, plan.mode, exps=exps)
-    return s.astype(np.int64), t.astype(np.int64)
+    m, k = A.shape
+    n = B.shape[1]
+    a = side_statistics(A, None, 0, plan.mode)
+    b = side_statistics(B.T, None, 0, plan.mode)
+    kpad = round_up(max(k, 1), KPAD)
+    tm, tn = tile or (max(m, 1), max(n, 1))
+    bm = BoundMatrix(a, b, None, kpad, tm, tn)
+    tiles = [(i0, min(m, i0 + tm), j0, min(n, j0 + tn))
+             for i0 in range(0, m, tm) for j0 in range(0, n, tn)]
+    kept_bits(a, b, bm, tiles, plan.mode)
+    return (shifts_for(a, plan.n_moduli).astype(np.int64),
+            shifts_for(b, plan.n_moduli).astype(np.int64))
 
 
 def truncate(A, s):

@@ -93,6 +93,7 @@ def stats() -> dict:
     out = {k: sum(v.values()) for k, v in reasons.items()}
     out.update(reasons=reasons, routed_by_entry=by_entry, bytes=snap["bytes"],
                seconds=snap["seconds"], moduli=snap["moduli"],
+               certificate=snap["certificate"],
                last_moduli=_stats.last_moduli(),
                c_fast_path={"below_floor": c["below_floor"],
                             "vector_shaped": c["vector_shaped"]})

@@ -1,4 +1,5 @@
-"""Stage 4 — CRT reconstruction, the one rounding, and alpha/beta (spec §6–7).
+"""Stage 4 — CRT reconstruction and the one rounding (spec §6; alpha/beta, §7, are
+``ozaki_backend.semantics.apply_alpha_beta``).
 
 The exact integer ``X`` (``|X| <= H < 2^155``) is held as 8 limbs of 24 bits in int64,
 limb-major ``(8, count)`` so that every limb operation runs over contiguous memory:
@@ -179,13 +180,3 @@ def reconstruct_round(c, moduli, s, t):
         X = reconstruct(cf[:, b0:b0 + BLOCK], moduli)
         out[b0:b0 + BLOCK] = round_scaled(X, e[b0:b0 + BLOCK])
     return out.reshape(m, n)
-
-
-def apply_alpha_beta(C, alpha, beta, C0=None):
-    """Spec §7: ``alpha*C + beta*C0`` with BLAS conventions (C0 unread when beta == 0)."""
-    alpha = float(alpha)
-    beta = float(beta)
-    out = C if alpha == 1.0 else alpha * C
-    if beta != 0.0:
-        out = out + beta * np.asarray(C0, dtype=np.float64)
-    return out

@@ -1,40 +1,55 @@
-"""Stage 1 — scaling: per-row exponents of A and per-column exponents of B.
+"""Stage 1 — scaling: the operands' statistics and the row / column exponents.
 
-Implements ``docs/spec.md`` §2–3. The exponents ``s_i``, ``t_j`` are chosen so that
-the truncated integer operands ``A'_ik = trunc(A_ik 2^{s_i})`` and
-``B'_kj = trunc(B_kj 2^{t_j})`` satisfy the exactness invariant
+Implements ``docs/spec.md`` §2–3 on equilibrated operands (``equilibrate.py``). One
+pass over A and B gives the integer statistics both the scaling and the certificate
+(``certificate.py``) need (:func:`statistics`):
+
+* ``E_i`` / ``F_j``: the largest frexp exponent of row ``i`` of A / column ``j`` of B;
+* ``x_i`` / ``y_j``: the smallest shift making the row / column exact integers;
+* the bound GEMM ``P = alpha beta`` of the floor-quantised magnitudes
+  ``alpha_ik = floor(|A_ik| 2^{7-E_i})`` (int8), with the row sums ``SA_i`` and
+  non-zero counts ``nA_i`` (columns of B alike): ``2^{E_i+F_j-14} P_ij`` is a lower
+  and ``2^{E_i+F_j-14} U_ij`` an upper bound of ``(|A||B|)_ij``, where
+  ``U_ij = P_ij + SA_i + SB_j + min(nA_i, nB_j)``;
+* fast mode only: the sums of squares ``S_i`` of the ceiling-quantised magnitudes.
+
+The exponents ``s_i``, ``t_j`` of a moduli count (:func:`shifts`) make the truncated
+integer operands ``A'_ik = trunc(A_ik 2^{s_i})``, ``B'_kj = trunc(B_kj 2^{t_j})``
+satisfy the exactness invariant
 
     sum_k |A'_ik| |B'_kj| <= H = M/2 - 1        for every (i, j),
 
-which is what makes CRT recovery of the integer product exact. Both rules are built
-from exact integer quantities only (frexp exponents, ceilings of power-of-two scaled
-magnitudes, exact float64 sums of integers below 2**53), so they are independent of
-summation order and scale invariant: multiplying a row of A by 2^e shifts ``s_i`` by
--e and changes nothing else.
+which is what makes CRT recovery of the integer product exact. Every rule is built
+from exact integer quantities (frexp exponents, floors and ceilings of power-of-two
+scaled magnitudes, exact float64 sums of integers below 2**53), so it is independent of
+summation order and scale invariant: multiplying a row of A by 2^e shifts ``s_i`` by -e
+and changes nothing else.
 
-Proof of the invariant, fast mode. With ``alpha_ik = ceil(|A_ik| 2^{D-E_i})`` we have
-``|A_ik| <= alpha_ik 2^{E_i-D}``, hence
+Proof of the invariant, fast mode. With ``a_ik = ceil(|A_ik| 2^{D-E_i})`` we have
+``|A_ik| <= a_ik 2^{E_i-D}``, hence
 ``||2^{s_i} A_i||^2 <= 4^{s_i + E_i - D} S_i = 4^{q_i} S_i <= H_f <= H`` by the choice
 of ``q_i``; the same holds for the columns of B, and Cauchy–Schwarz gives
 ``sum_k |A'_ik||B'_kj| <= ||2^{s_i}A_i|| ||2^{t_j}B_j|| <= H``.
 
-Proof, accurate mode. ``P = alpha beta`` bounds the product of magnitudes:
-``sum_k |A_ik||B_kj| <= 2^{E_i + F_j - 2D} P_ij``; with ``sigma_i = s_i + E_i - D`` and
-``tau_j = t_j + F_j - D`` the rule guarantees ``sigma_i + tau_j <= lambda(P_ij)`` for
-every ``P_ij > 0``, so ``sum_k |A'_ik||B'_kj| <= 2^{lambda(P_ij)} P_ij <= H_f <= H``; where
-``P_ij = 0`` every term is zero. Truncation only shrinks magnitudes, so the bounds
-hold for ``A'``, ``B'``.
+Proof, accurate mode. ``sum_k |A_ik||B_kj| <= 2^{E_i + F_j - 14} U_ij``; with
+``sigma_i = s_i + E_i - 7`` and ``tau_j = t_j + F_j - 7`` the rule guarantees
+``sigma_i + tau_j <= lambda(U_ij)`` for every ``U_ij > 0``, so
+``sum_k |A'_ik||B'_kj| <= 2^{lambda(U_ij)} U_ij <= H_f <= H``; where ``U_ij = 0`` every
+term is zero. Truncation only shrinks magnitudes, so the bounds hold for ``A'``, ``B'``.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..spec.moduli import crt_constants, lambda_exponent
-from ..spec.rules import ACCURATE_D, fast_quant_bits
+from ..spec.rules import BOUND_D, fast_quant_bits
 
 _NO_EXP = np.iinfo(np.int64).min
-_SPREAD_BLOCK = 1 << 20   # elements per block of row_spreads' temporaries
+#: "Exact at every shift": the exactness threshold of an all-zero row or column.
+NO_THRESHOLD = -(1 << 31)
 
 
 def row_exponents(A):
@@ -52,45 +67,35 @@ def row_exponents(A):
     return np.where(nz, E, 0), nz
 
 
-def row_spreads(X):
-    """Exponent spread ``d_i = E_i - floor(sum_k e_ik / c_i)`` of each row (spec §1).
+def exact_thresholds(X):
+    """``x_i``: the smallest shift ``s`` with every ``X_ik 2^s`` an integer (spec §10.1).
 
-    ``e_ik`` are the frexp exponents of the row's ``c_i`` non-zero entries and ``E_i``
-    their maximum, so ``d_i`` is how many binades the row's maximum lies above the
-    (floored) mean exponent of its entries. Exact integer arithmetic: the sum is an
-    int64 (``|e| <= 1074``), the mean is floor division. ``d_i = 0`` for an all-zero
-    row (and for an empty one). Always ``d_i >= 0``.
+    For ``x = f 2^e`` (frexp) with the 53-bit integer significand ``M = f 2^53`` having
+    ``z`` trailing zero bits, ``x 2^s`` is an integer exactly when ``s >= 53 - e - z``
+    (for subnormals this is ``1074 - tz(m)``, ``x = m 2^-1074``). :data:`NO_THRESHOLD`
+    for an all-zero (or empty) row.
     """
+    X = np.asarray(X, dtype=np.float64)
+    f, e = np.frexp(X)
+    M = np.ldexp(np.abs(f), 53).astype(np.int64)      # exact: an integer below 2^53
+    low = M & -M                                      # lowest set bit (0 for x = 0)
+    z = np.frexp(low.astype(np.float64))[1] - 1       # its position (exact: a power of 2)
+    thr = np.where(X != 0, 53 - e.astype(np.int64) - z, NO_THRESHOLD)
+    if X.shape[1] == 0:
+        return np.full(X.shape[0], NO_THRESHOLD, dtype=np.int64)
+    return thr.max(axis=1)
+
+
+def k_ranges(X):
+    """``(lo, hi)`` int64: the first and last column of a non-zero entry of each row of
+    ``X`` (``cols`` and ``-1`` for an all-zero row)."""
     X = np.asarray(X)
     rows, cols = X.shape
-    out = np.zeros(rows, dtype=np.int64)
-    if cols == 0:
-        return out
-    step = max(1, _SPREAD_BLOCK // cols)   # row blocks: bounded temporaries
-    for r0 in range(0, rows, step):
-        x = X[r0:r0 + step]
-        _, e = np.frexp(x)
-        nz = x != 0
-        e = e.astype(np.int64)
-        cnt = nz.sum(axis=1, dtype=np.int64)
-        tot = np.where(nz, e, 0).sum(axis=1)
-        E = np.where(nz, e, _NO_EXP).max(axis=1)
-        d = E - np.floor_divide(tot, np.maximum(cnt, 1))
-        out[r0:r0 + step] = np.where(cnt > 0, d, 0)
-    return out
-
-
-def exponent_spread(A, B) -> int:
-    """The exponent spread of a product ``A @ B`` (spec §1): the largest
-    :func:`row_spreads` over the rows of ``A`` and the columns of ``B``; 0 when both
-    are empty or all zero. ``precision="fp64"`` picks the moduli count from it."""
-    A = np.asarray(A, dtype=np.float64)
-    B = np.asarray(B, dtype=np.float64)
-    best = 0
-    for X in (A, B.T):
-        if X.size:
-            best = max(best, int(row_spreads(X).max()))
-    return best
+    nz = X != 0
+    idx = np.arange(cols, dtype=np.int64)
+    lo = np.where(nz, idx[None, :], cols).min(axis=1) if cols else np.zeros(rows, np.int64)
+    hi = np.where(nz, idx[None, :], -1).max(axis=1) if cols else np.full(rows, -1, np.int64)
+    return lo.astype(np.int64), hi.astype(np.int64)
 
 
 def quantize(A, E, D: int):
@@ -105,68 +110,130 @@ def quantize(A, E, D: int):
     return alpha
 
 
+def quantize_down(A, E):
+    """``alpha_ik = floor(|A_ik| 2^{7-E_i})`` in ``[0, 127]`` (the bound GEMM's operand).
+
+    Exact: ldexp only rounds below 2^-1022, where the floor is 0 either way.
+    """
+    return np.floor(np.ldexp(np.abs(A), (BOUND_D - E)[:, None]))
+
+
+class Statistics(NamedTuple):
+    """The integer statistics of one product (spec §2.3, §10), as the CPU engine holds
+    them (the CUDA engine holds the same numbers on the device).
+
+    Attributes
+    ----------
+    k : int
+    E, F : int64 (m,), (n,)
+        Row exponents of A, column exponents of B (0 for all-zero ones).
+    nzA, nzB : bool (m,), (n,)
+        Which rows of A / columns of B have a non-zero entry.
+    xA, yB : int64 (m,), (n,)
+        Exactness thresholds (:func:`exact_thresholds`).
+    SA, nA : float64 (m,)
+        Row sums of ``alpha`` and non-zero counts of A's rows (exact integers).
+    SB, nB : float64 (n,)
+    P : float64 (m, n)
+        The bound GEMM ``alpha beta`` (exact integers below 2^53).
+    U : float64 (m, n)
+        ``P + SA_i + SB_j + min(nA_i, nB_j)``, 0 where a row or column is all zero.
+    SqA, SqB : float64 (m,), (n,) or None
+        Fast mode: sums of squares of ``ceil(|x| 2^{D-E})``, ``D = fast_quant_bits(k)``.
+    loA, hiA, loB, hiB : int64
+        The non-zero ranges along k (:func:`k_ranges`).
+    """
+
+    k: int
+    E: np.ndarray
+    F: np.ndarray
+    nzA: np.ndarray
+    nzB: np.ndarray
+    xA: np.ndarray
+    yB: np.ndarray
+    SA: np.ndarray
+    nA: np.ndarray
+    SB: np.ndarray
+    nB: np.ndarray
+    P: np.ndarray
+    U: np.ndarray
+    SqA: np.ndarray | None
+    SqB: np.ndarray | None
+    loA: np.ndarray
+    hiA: np.ndarray
+    loB: np.ndarray
+    hiB: np.ndarray
+
+
+def statistics(A, B, mode: str) -> Statistics:
+    """Every statistic of ``A (m, k) @ B (k, n)`` the scaling and certificate use."""
+    k = A.shape[1]
+    E, nzA = row_exponents(A)
+    F, nzB = row_exponents(B.T)
+    alpha = quantize_down(A, E)
+    beta = quantize_down(B.T, F)
+    P = alpha @ beta.T                           # exact: integers below k 127^2 < 2^53
+    SA, SB = alpha.sum(axis=1), beta.sum(axis=1)
+    nA = (A != 0).sum(axis=1).astype(np.float64)
+    nB = (B != 0).sum(axis=0).astype(np.float64)
+    both = nzA[:, None] & nzB[None, :]
+    U = np.where(both, P + SA[:, None] + SB[None, :] + np.minimum(nA[:, None], nB[None, :]),
+                 0.0)
+    SqA = SqB = None
+    if mode == "fast":
+        D = fast_quant_bits(k)
+        SqA = np.square(quantize(A, E, D)).sum(axis=1)
+        SqB = np.square(quantize(B.T, F, D)).sum(axis=1)
+    return Statistics(k, E, F, nzA, nzB, exact_thresholds(A), exact_thresholds(B.T),
+                      SA, nA, SB, nB, P, U, SqA, SqB, *k_ranges(A), *k_ranges(B.T))
+
+
 def _q_from_sumsq(S, H_f: float):
     """Largest ``q`` with ``ldexp(S, 2q) <= H_f`` for float64 integers ``S > 0``."""
     return lambda_exponent(S, H_f) // 2
 
 
-def shifts_fast(A, B, n_moduli: int):
-    """Exponents ``(s, t)`` of the fast (Cauchy–Schwarz) rule, spec §2."""
+def sigma_tau(st: Statistics, n_moduli: int):
+    """Accurate mode's ``(sigma, tau)`` (int64): the bits kept of each row's and
+    column's largest element, less ``BOUND_D`` (spec §2.3)."""
     H_f = crt_constants(n_moduli).H_f
-    k = A.shape[1]
-    D = fast_quant_bits(k)
-    out = []
-    for X in (A, B.T):
-        E, nz = row_exponents(X)
-        S = np.square(quantize(X, E, D)).sum(axis=1)
-        q = _q_from_sumsq(np.where(nz, S, 1.0), H_f)
-        out.append(np.where(nz, q + D - E, 0).astype(np.int64))
-    return out[0], out[1]
-
-
-def bound_matrix(A, B):
-    """Accurate mode's bound GEMM: ``(P, E, F, nzA, nzB)`` with ``P = alpha @ beta``.
-
-    ``P`` is an exact integer matrix (``k 64^2 < 2^53``), computed here in float64.
-    """
-    D = ACCURATE_D
-    E, nzA = row_exponents(A)
-    F, nzB = row_exponents(B.T)
-    alpha = quantize(A, E, D)
-    beta = quantize(B.T, F, D).T
-    return alpha @ beta, E, F, nzA, nzB
-
-
-def shifts_accurate(A, B, n_moduli: int):
-    """Exponents ``(s, t)`` of the accurate (bound GEMM) rule, spec §2."""
-    H_f = crt_constants(n_moduli).H_f
-    D = ACCURATE_D
-    P, E, F, nzA, nzB = bound_matrix(A, B)
-    m, n = P.shape
-    r = np.maximum(P.max(axis=1) if n else np.zeros(m), 1.0)
+    U = st.U
+    m, n = U.shape
+    r = np.maximum(U.max(axis=1) if n else np.zeros(m), 1.0)
     sigma = lambda_exponent(r, H_f) // 2
     lam1 = int(lambda_exponent(np.array([1.0]), H_f)[0])
     big = np.iinfo(np.int64).max
     if m:
-        lamP = np.where(P > 0, lambda_exponent(np.where(P > 0, P, 1.0), H_f), big)
-        tau = np.min(np.where(P > 0, lamP - sigma[:, None], big), axis=0)
+        pos = U > 0
+        lamU = np.where(pos, lambda_exponent(np.where(pos, U, 1.0), H_f), big)
+        tau = np.min(np.where(pos, lamU - sigma[:, None], big), axis=0)
     else:
         tau = np.full(n, big, dtype=np.int64)
     tau = np.where(tau == big, lam1 - lam1 // 2, tau)
-    s = np.where(nzA, sigma + D - E, 0).astype(np.int64)
-    t = np.where(nzB, tau + D - F, 0).astype(np.int64)
-    return s, t
+    return sigma.astype(np.int64), tau.astype(np.int64)
+
+
+def shifts(st: Statistics, n_moduli: int, mode: str):
+    """Exponents ``(s, t)`` (int64) of ``n_moduli`` moduli and ``mode`` (spec §2)."""
+    if mode == "fast":
+        H_f = crt_constants(n_moduli).H_f
+        D = fast_quant_bits(st.k)
+        qa = _q_from_sumsq(np.where(st.nzA, st.SqA, 1.0), H_f)
+        qb = _q_from_sumsq(np.where(st.nzB, st.SqB, 1.0), H_f)
+        return (np.where(st.nzA, qa + D - st.E, 0).astype(np.int64),
+                np.where(st.nzB, qb + D - st.F, 0).astype(np.int64))
+    sigma, tau = sigma_tau(st, n_moduli)
+    return (np.where(st.nzA, sigma + BOUND_D - st.E, 0).astype(np.int64),
+            np.where(st.nzB, tau + BOUND_D - st.F, 0).astype(np.int64))
 
 
 def exponents(A, B, plan):
-    """Row exponents ``s`` (m,) of A and column exponents ``t`` (n,) of B for ``plan``
-    (an adaptive ``precision="fp64"`` plan first picks its moduli count from the
-    operands' exponent spread, :meth:`~ozaki_backend.plan.Plan.for_spread`)."""
-    plan = plan.for_spread(exponent_spread(A, B))
-    n_moduli = len(plan.moduli)
-    if plan.mode == "fast":
-        return shifts_fast(A, B, n_moduli)
-    return shifts_accurate(A, B, n_moduli)
+    """Row exponents ``s`` (m,) of A and column exponents ``t`` (n,) of B for ``plan``'s
+    moduli count (the most, for an adaptive plan) and mode: the scaling stage on its
+    own, for operands as given (the pipeline first equilibrates them)."""
+    A = np.asarray(A, dtype=np.float64)
+    B = np.asarray(B, dtype=np.float64)
+    return shifts(statistics(A, B, plan.mode), plan.n_moduli, plan.mode)
 
 
 def truncate(A, s):

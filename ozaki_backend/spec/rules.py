@@ -1,22 +1,40 @@
-"""The rules that turn options and shapes into counts (``docs/spec.md`` §1–2).
+"""The rules that turn options and shapes into counts (``docs/spec.md`` §1, §2, §10).
 
-Quantisation widths of the two scaling modes, the bits a moduli count guarantees, the
-count a ``bits=`` request needs, and the ``precision="fp64"`` table rule. Pure
+Quantisation widths of the scaling and the bound GEMM, the bits a moduli count
+guarantees, the count a ``bits=`` request needs, and the certificate's target. Pure
 functions of integers: the plan and both engines call them, so they cannot disagree.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from functools import lru_cache
-from importlib import resources
 
 from .moduli import MAX_MODULI, MIN_MODULI, crt_constants
 
-#: Quantisation bits of the accurate mode: alpha, beta <= 64 fit in int8 and
-#: k * 64**2 < 2**31 keeps the bound GEMM exact in int32 for k < 2**19.
-ACCURATE_D = 6
+#: Quantisation bits of the bound GEMM (both modes, ``docs/spec.md`` §2.3):
+#: ``alpha = floor(|a| 2^(D - E)) <= 2^D - 1 = 127`` fits int8.
+BOUND_D = 7
+
+#: Longest k whose bound GEMM is exact in int32: ``k * 127**2 <= 2**31 - 1``.
+BOUND_KMAX = (2 ** 31 - 1) // (2 ** BOUND_D - 1) ** 2
+
+#: The certificate's target constant (``docs/spec.md`` §10.2): the certified truncation
+#: error of ``C_ij`` is at most ``c_k`` units of roundoff times ``(|A||B|)_ij`` with
+#: ``c_k = min(k - 1, floor(sqrt(k)), CERT_C)``.
+CERT_C = 16
+
+
+def certificate_factor(k: int) -> int:
+    """``c_k = min(k - 1, floor(sqrt(k)), CERT_C)``.
+
+    ``c_k <= k - 1`` makes the target imply the bound ``gamma_k (|A||B|)_ij`` that every
+    correct DGEMM satisfies; ``c_k <= sqrt(k)`` follows what native DGEMM achieves in
+    practice (its rounding errors grow like ``sqrt(k) u |A||B|`` on data of random sign),
+    so that short products are as accurate as native ones too; ``CERT_C`` keeps long
+    ones within a factor 2 of native's measured error (``docs/precision.md``).
+    """
+    k = int(k)
+    return max(0, min(k - 1, math.isqrt(max(k, 0)), CERT_C))
 
 
 def fast_quant_bits(k: int) -> int:
@@ -46,75 +64,14 @@ def moduli_for_bits(bits: int, k: int) -> int:
 
 # --------------------------------------------------------------------- precision="fp64"
 
-@lru_cache(maxsize=None)
-def fp64_table():
-    """The measured ``precision="fp64"`` table (``_data/fp64_moduli.json``)."""
-    text = resources.files("ozaki_backend").joinpath("_data/fp64_moduli.json").read_text()
-    return json.loads(text)
+def expected_moduli(k: int) -> int:
+    """The moduli count ``precision="fp64"`` certifies with on ordinary data (entries
+    of one order of magnitude, as N(0,1)): the fewest whose guaranteed bits reach
+    ``EXPECTED_BITS``. Only an estimate (the cost model's, and the printed plan's); the
+    count of a product is always its certificate's (``docs/spec.md`` §10.3)."""
+    return moduli_for_bits(EXPECTED_BITS, k)
 
 
-def spread_bucket(spread: int, edges) -> int:
-    """Index of the first spread bucket edge ``>= spread`` (``len(edges)``: beyond)."""
-    for b, edge in enumerate(edges):
-        if spread <= edge:
-            return b
-    return len(edges)
-
-
-def _fp64_row(k: int, mode: str):
-    """``(counts, note)``: the table's counts for this ``k``, one per spread bucket plus
-    one for spreads beyond the last edge, and where they came from."""
-    table = fp64_table()
-    beyond = int(table["beyond"])
-    rows = table[mode]  # list of [k_max, [N per spread bucket]]
-    for k_max, Ns in rows:
-        if k <= k_max:
-            return list(Ns) + [beyond], f"k <= {k_max}"
-    # Beyond the largest calibrated k, each count grows like the bits the longer
-    # reduction needs (log2 k / 2 bits more).
-    k_max, Ns = rows[-1]
-    extra_bits = math.ceil(max(0.0, math.log2(k / k_max)) / 2)
-    out = []
-    for N in Ns:
-        need = guaranteed_bits(N, k_max) + extra_bits
-        out.append(min(MAX_MODULI, max(N, moduli_for_bits(need, k))))
-    for b in range(1, len(out)):
-        out[b] = max(out[b], out[b - 1])
-    return out + [max(beyond, out[-1])], f"extrapolated beyond k = {k_max} (+{extra_bits} bits)"
-
-
-def moduli_for_fp64(k: int, mode: str, spread: int) -> tuple[int, str]:
-    """Moduli count for ``precision="fp64"`` at reduction length ``k`` and exponent
-    spread ``spread`` (``docs/spec.md`` §1.1), and the rule that chose it.
-
-    The table ``_data/fp64_moduli.json`` was measured by
-    ``python -m ozaki_backend calibrate``: for each k bucket and spread bucket, the
-    fewest moduli whose max relative error on the calibration operands of that spread
-    is no worse than native float64's; non-decreasing in k and in spread. Beyond the
-    largest calibrated k, the count grows like the bits needed for the longer reduction
-    (``log2 k / 2`` bits more); beyond the last spread edge it is the table's
-    ``beyond`` (the most moduli).
-    """
-    edges = fp64_table()["spread_edges"]
-    counts, note = _fp64_row(max(int(k), 1), mode)
-    b = spread_bucket(int(spread), edges)
-    where = f"spread <= {edges[b]}" if b < len(edges) else f"spread > {edges[-1]}"
-    return counts[b], f"fp64 table ({mode}, {note}, {where}): {counts[b]} moduli"
-
-
-def fp64_rule(k: int, mode: str) -> tuple[int, int, str]:
-    """``(fewest, most, text)``: the range of counts ``precision="fp64"`` may pick at
-    this ``k`` and the rule, spread bucket by spread bucket."""
-    edges = fp64_table()["spread_edges"]
-    counts, note = _fp64_row(max(int(k), 1), mode)
-    parts, b = [], 0
-    while b < len(edges):
-        e = b
-        while e + 1 < len(edges) and counts[e + 1] == counts[b]:
-            e += 1
-        parts.append(f"<= {edges[e]}: {counts[b]}")
-        b = e + 1
-    parts.append(f"> {edges[-1]}: {counts[-1]}")
-    text = (f"fp64 table ({mode}, {note}), per call from the operands' exponent spread: "
-            + ", ".join(parts))
-    return min(counts), max(counts), text
+#: Guaranteed bits per operand at which ordinary data certifies (measured on N(0,1)
+#: operands, k = 16 ... 65536; ``tests`` check the estimate within one modulus).
+EXPECTED_BITS = 51

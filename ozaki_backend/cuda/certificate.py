@@ -1,0 +1,89 @@
+"""Stage 5 on the GPU — the certificate: the moduli count and the a-posteriori test.
+
+Mirrors :mod:`ozaki_backend.reference.certificate`. The hot path is two kernels of
+``kernels/scaling.cu`` over the bound GEMM's tiles: ``oz_cert_counts`` (each element's
+fewest a-priori certified count; their maximum and the number of elements no count
+certifies) and ``oz_certify`` (the bound of the computed product and the a-posteriori
+test). The rare paths (the residual pass, the native fallback's bound) evaluate the
+formulas of :mod:`ozaki_backend.spec.certificate` on CuPy arrays — the same
+expressions the CPU engine evaluates on NumPy arrays.
+"""
+
+from __future__ import annotations
+
+import cupy
+import numpy as np
+
+from ..spec import certificate as spec
+from ..spec.certificate import U64
+from ..spec.rules import certificate_factor
+from . import loader
+from ._common import blocks
+from .scaling import COUNTS, BoundMatrix, Side
+
+
+def _factors(side: Side):
+    """``(f, q)``: the per-count factor table (19 x rows) and ``SA + n`` of one operand."""
+    rows = side.E.shape[0]
+    f = cupy.empty((len(COUNTS), rows), dtype=np.float64)
+    q = cupy.empty(rows, dtype=np.float64)
+    if rows:
+        loader.get_function("scaling.cu", "oz_cert_factors")(
+            (blocks(rows),), (256,), (side.kept, np.int32(rows), side.E, side.X, side.n,
+                                      side.SA, f, q))
+    return f, q
+
+
+def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status):
+    """Queue the a-priori count: ``status[1]`` receives the largest per-element count and
+    ``status[2]`` the number of elements no count certifies (both zero on entry)."""
+    m, n = a.E.shape[0], b.E.shape[0]
+    fa, qa = _factors(a)
+    fb, qb = _factors(b)
+    fn = bm.kernel("oz_cert_counts")
+    cfac = np.float64(certificate_factor(k))
+    for (i0, i1, j0, j1) in tiles:
+        P = bm.tile(i0, i1, j0, j1)
+        grid = (-(-(j1 - j0) // 32), -(-(i1 - i0) // 8))
+        fn(grid, (32, 8), (P, np.int64(P.shape[1]), np.int32(i1 - i0), np.int32(j1 - j0),
+                           fa[:, i0:i1], qa[i0:i1], np.int32(m), fb[:, j0:j1], qb[j0:j1],
+                           np.int32(n), a.lo[i0:i1], a.hi[i0:i1], b.lo[j0:j1], b.hi[j0:j1],
+                           cfac, status[1:]))
+
+
+def certify_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, s, t, C, *, bound=None,
+                 failures=None):
+    """Queue ``oz_certify`` over every tile: the bound of ``C = RN(A'B' 2^(-s-t))`` into
+    ``bound`` (when given, any strides) and the a-posteriori failures added to
+    ``failures[0]`` (when given)."""
+    fn = bm.kernel("oz_certify")
+    cu = np.float64(certificate_factor(k) * U64)
+    for (i0, i1, j0, j1) in tiles:
+        P = bm.tile(i0, i1, j0, j1)
+        Cv = C[i0:i1, j0:j1]
+        bv = None if bound is None else bound[i0:i1, j0:j1]
+        grid = (-(-(j1 - j0) // 32), -(-(i1 - i0) // 8))
+        fn(grid, (32, 8),
+           (P, np.int64(P.shape[1]), np.int32(i1 - i0), np.int32(j1 - j0), Cv,
+            np.int64(Cv.strides[0] // 8), np.int64(Cv.strides[1] // 8),
+            a.E[i0:i1], a.X[i0:i1], a.SA[i0:i1], a.n[i0:i1], s[i0:i1],
+            b.E[j0:j1], b.X[j0:j1], b.SA[j0:j1], b.n[j0:j1], t[j0:j1],
+            a.lo[i0:i1], a.hi[i0:i1], b.lo[j0:j1], b.hi[j0:j1], cu,
+            bv, np.int64(0 if bv is None else bv.strides[0] // 8),
+            np.int64(0 if bv is None else bv.strides[1] // 8), failures))
+
+
+def data(a: Side, b: Side, bm: BoundMatrix, tiles, k) -> spec.CertData:
+    """The certificate's view of a product on the device (full ``P`` as float64: the
+    rare paths only)."""
+    m, n = a.E.shape[0], b.E.shape[0]
+    P = cupy.empty((m, n), dtype=np.float64)
+    for (i0, i1, j0, j1) in tiles:
+        P[i0:i1, j0:j1] = bm.tile(i0, i1, j0, j1)[:i1 - i0, :j1 - j0]
+    f64 = np.float64
+    return spec.CertData(k, a.E.astype(np.int64), b.E.astype(np.int64),
+                         a.X.astype(np.int64), b.X.astype(np.int64),
+                         (a.SA + a.n).astype(f64), (b.SA + b.n).astype(f64),
+                         a.n.astype(f64), b.n.astype(f64), a.lo.astype(np.int64),
+                         a.hi.astype(np.int64), b.lo.astype(np.int64), b.hi.astype(np.int64),
+                         P)

@@ -1,0 +1,63 @@
+"""Stage 5 — the certificate on the CPU: the moduli count and the a-posteriori test.
+
+Evaluates the formulas of :mod:`ozaki_backend.spec.certificate` (``docs/spec.md`` §10) on
+the statistics of ``scaling.py``: every quantity is an exact integer or a power of two
+until one rounded operation per element, whose rounding is accounted for, so both
+engines reach the same decisions bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..spec import certificate as spec
+from ..spec.moduli import MAX_MODULI, MIN_MODULI
+from . import scaling
+
+
+def data(st: scaling.Statistics) -> spec.CertData:
+    """The certificate's view of the statistics."""
+    return spec.CertData(st.k, st.E, st.F, st.xA, st.yB, st.SA + st.nA, st.SB + st.nB,
+                         st.nA, st.nB, st.loA, st.hiA, st.loB, st.hiB, st.P)
+
+
+def passes(st: scaling.Statistics, s, t):
+    """Bool ``(m, n)``: which elements meet the target ``c_k u L_ij`` at ``(s, t)``."""
+    return spec.passes(data(st), s, t)
+
+
+def certified(st: scaling.Statistics, n_moduli: int, mode: str) -> bool:
+    """Whether every element of the product meets the target a priori with ``n_moduli``."""
+    s, t = scaling.shifts(st, n_moduli, mode)
+    return bool(passes(st, s, t).all())
+
+
+def element_counts(st: scaling.Statistics, mode: str):
+    """int64 ``(m, n)``: for each element the fewest moduli in ``[2, 20]`` whose a-priori
+    test it passes, or 0 when none does (``docs/spec.md`` §10.3).
+
+    The test is monotone in the count (every shift is non-decreasing in it), so one
+    sweep upwards finds each element's count; it stops once every element has one.
+    """
+    m, n = st.P.shape
+    d = data(st)
+    need = np.zeros((m, n), dtype=np.int64)
+    for N in range(MIN_MODULI, MAX_MODULI + 1):
+        s, t = scaling.shifts(st, N, mode)
+        newly = (need == 0) & spec.passes(d, s, t)
+        need[newly] = N
+        if need.all():
+            break
+    return need
+
+
+def choose_count(st: scaling.Statistics, mode: str):
+    """``(N, all_certified)`` for ``precision="fp64"`` (``docs/spec.md`` §10.3): ``N`` is
+    the largest per-element count of :func:`element_counts` (the most moduli any element
+    that can be certified a priori needs; 20 when none can), and ``all_certified`` whether
+    every element passed a priori at ``N`` (otherwise the computed product is tested a
+    posteriori, :func:`~ozaki_backend.spec.certificate.meets_target`)."""
+    need = element_counts(st, mode)
+    finite = need[need > 0]
+    N = int(finite.max()) if finite.size else MAX_MODULI
+    return N, bool(finite.size == need.size)

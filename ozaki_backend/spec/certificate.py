@@ -1,0 +1,196 @@
+"""The certificate's formulas (``docs/spec.md`` §10), element-wise, for NumPy or CuPy arrays.
+
+Both engines evaluate these exact expressions — the CPU engine on NumPy arrays, the
+CUDA engine on CuPy arrays where a product needs the a-posteriori test, the residual
+pass or its bound, and in ``kernels/scaling.cu`` operation for operation on its hot
+path — so they reach the same decisions bit for bit. Every quantity is an exact integer
+or a power of two until one rounded operation, whose rounding is accounted for by
+moving the result one float up (an upper bound) or down (a lower bound).
+
+For exponents ``s``, ``t`` the truncation errors obey ``|A_ik - A'_ik 2^{-s_i}| <
+delta_i`` with ``delta_i = 2^{-s_i}``, or ``0`` when the row is exact at that shift
+(``s_i >= x_i``); B's columns alike with ``rho_j``. Hence
+
+    |A'B' 2^{-s-t} - AB|_ij <= delta_i ||B_j||_1 + ||A_i||_1 rho_j = T_ij,
+
+with the norms bounded by the bound GEMM's sums: ``||A_i||_1 < 2^{E_i-7} QA_i``,
+``QA_i = SA_i + nA_i``. In units of ``2^{E_i+F_j-67}`` (so that every term is an
+integer times a power of two below 2^53)
+
+    T_ij / 2^{E_i+F_j-67} = [s_i < x_i] 2^{60-b_i} QB_j + [t_j < y_j] 2^{60-b'_j} QA_i
+
+(``b_i = s_i + E_i``, ``b'_j = t_j + F_j``), computed as one rounded sum ``x_ij``; the
+true value is below ``up(x_ij)`` (or 0 with ``x_ij``).
+
+The **target** is ``c_k u L_ij`` with ``L_ij = 2^{E_i+F_j-14} P_ij <= (|A||B|)_ij``,
+``u = 2^-53`` and ``c_k = min(k - 1, 16)``; in the same units as ``x``: ``c_k P_ij``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .rules import certificate_factor
+
+#: float64 unit roundoff and smallest subnormal.
+U64 = 2.0 ** -53
+ETA = 2.0 ** -1074
+
+
+class CertData(NamedTuple):
+    """What the certificate reads of one product (all exact integers; NumPy or CuPy).
+
+    Attributes
+    ----------
+    k : int
+    E, F : int64 (m,), (n,)
+        Row exponents of A, column exponents of B (0 for all-zero ones).
+    xA, yB : int64 (m,), (n,)
+        Exactness thresholds (``docs/spec.md`` §10.1; very negative for all-zero ones).
+    QA, QB : float64 (m,), (n,)
+        ``SA + nA``, ``SB + nB``: the norm bounds in units of ``2^{E-7}``.
+    nA, nB : float64 (m,), (n,)
+        Non-zero counts of A's rows and B's columns.
+    loA, hiA, loB, hiB : int64 (m,), (m,), (n,), (n,)
+        The first and last k of a non-zero entry of each row of A / column of B
+        (``k`` and ``-1`` when there is none).
+    P : float64 (m, n)
+        The bound GEMM.
+    """
+
+    k: int
+    E: object
+    F: object
+    xA: object
+    yB: object
+    QA: object
+    QB: object
+    nA: object
+    nB: object
+    loA: object
+    hiA: object
+    loB: object
+    hiB: object
+    P: object
+
+
+def _xp(x):
+    if type(x).__module__.split(".")[0] == "cupy":
+        import cupy
+
+        return cupy
+    return np
+
+
+def up(x):
+    """The next float64 up: an upper bound of the exact value of a rounded-to-nearest
+    non-negative result."""
+    return _xp(x).nextafter(x, np.inf)
+
+
+def down(x):
+    """The next float64 towards zero: a lower bound of a rounded non-negative result."""
+    return _xp(x).nextafter(x, 0.0)
+
+
+def _scaled(x, e):
+    """``ldexp(x, e)`` with the exponent clipped to a range that only ever overflows to
+    inf or underflows to 0, never wraps."""
+    xp = _xp(x)
+    return xp.ldexp(x, xp.clip(e, -4000, 4000).astype(np.int32))
+
+
+def overlap(d: CertData):
+    """Bool ``(m, n)``: whether the non-zero ranges along k of row ``i`` of A and column
+    ``j`` of B intersect. Where they do not, every term ``A_ik B_kj`` is zero, and so is
+    every truncation error term: the element is exact (triangular, banded and block
+    structures are caught at no GEMM's cost)."""
+    xp = _xp(d.P)
+    return xp.maximum(d.loA[:, None], d.loB[None, :]) <= xp.minimum(d.hiA[:, None],
+                                                                      d.hiB[None, :])
+
+
+def excess(d: CertData, s, t):
+    """``x_ij``: the truncation bound in units of ``2^{E_i+F_j-67}``, rounded once (0 for
+    an element without overlap)."""
+    xp = _xp(d.P)
+    ra = xp.where(s < d.xA, xp.ldexp(1.0, (60 - (s + d.E)).astype(np.int32)), 0.0)
+    rb = xp.where(t < d.yB, xp.ldexp(1.0, (60 - (t + d.F)).astype(np.int32)), 0.0)
+    x = (ra[:, None] * d.QB[None, :]) + (d.QA[:, None] * rb[None, :])
+    return xp.where(overlap(d), x, 0.0)
+
+
+def passes(d: CertData, s, t):
+    """Bool ``(m, n)``: the a-priori test ``T_ij <= c_k u L_ij`` at ``(s, t)``."""
+    x = excess(d, s, t)
+    return (x == 0) | (up(x) <= certificate_factor(d.k) * d.P)
+
+
+def truncation_bound(d: CertData, s, t):
+    """``T_ij`` in absolute units, rounded up (``inf`` beyond the float64 range)."""
+    xp = _xp(d.P)
+    x = excess(d, s, t)
+    with np.errstate(over="ignore"):
+        T = _scaled(up(x), d.E[:, None] + d.F[None, :] - 67)
+        # ldexp is exact unless the result is subnormal (then off by at most ETA / 2).
+        return xp.where(x == 0, 0.0, up(T + ETA))
+
+
+def rounding_bound(C):
+    """``u |C| + 2^-1075``, rounded up: the error of one rounding to float64."""
+    xp = _xp(C)
+    with np.errstate(over="ignore"):
+        return up(xp.ldexp(xp.abs(C), -53) + ETA)
+
+
+def result_bound(d: CertData, s, t, C):
+    """A rigorous bound on ``|C - AB|`` per element for ``C = RN(A'B' 2^{-s-t})``."""
+    with np.errstate(over="ignore"):
+        return up(truncation_bound(d, s, t) + rounding_bound(C))
+
+
+def lower_product(d: CertData):
+    """``L_ij = 2^{E_i+F_j-14} P_ij``, a lower bound of ``(|A||B|)_ij`` (rounded down)."""
+    with np.errstate(over="ignore"):
+        return down(_scaled(d.P, d.E[:, None] + d.F[None, :] - 14))
+
+
+def meets_target(d: CertData, bound, C):
+    """Bool ``(m, n)``: the a-posteriori test of a computed ``C`` with error bound
+    ``bound`` (``docs/spec.md`` §10.4): ``bound <= c_k u max(L, |C| - bound)``.
+
+    ``|C| - bound`` is a second lower bound of ``(|A||B|)_ij``, since
+    ``|A||B| >= |AB| >= |C| - |C - AB|``: it covers elements whose bound-GEMM lower bound
+    ``L`` is weak (a row's mass far below its largest entry) while the result is
+    accurate relative to itself.
+    """
+    xp = _xp(C)
+    c = certificate_factor(d.k)
+    with np.errstate(over="ignore", invalid="ignore"):
+        gap = down(xp.abs(C) - bound)
+        low = xp.maximum(lower_product(d), gap)
+        goal = down(c * U64 * low)
+    return (bound == 0) | (bound <= goal)
+
+
+def upper_product(d: CertData):
+    """``2^{E_i+F_j-14} U_ij`` (spec §2.3), an upper bound of ``(|A||B|)_ij``, rounded up;
+    ``U_ij = P_ij + SA_i + SB_j + min(nA_i, nB_j)`` (exact integers below 2^53)."""
+    xp = _xp(d.P)
+    SA, SB = d.QA - d.nA, d.QB - d.nB
+    both = (d.nA[:, None] > 0) & (d.nB[None, :] > 0)
+    U = xp.where(both, d.P + SA[:, None] + SB[None, :]
+                 + xp.minimum(d.nA[:, None], d.nB[None, :]), 0.0)
+    with np.errstate(over="ignore"):
+        return xp.where(U > 0, up(_scaled(U, d.E[:, None] + d.F[None, :] - 14) + ETA), 0.0)
+
+
+def native_bound(d: CertData):
+    """``gamma_k (|A||B|)_ij + k eta``, rounded up: what every correct float64 GEMM
+    guarantees (``gamma_k = k u / (1 - k u)``)."""
+    k = d.k
+    gamma = float(up(np.float64(k * U64 / (1.0 - k * U64))))
+    with np.errstate(over="ignore"):
+        return up(up(gamma * upper_product(d)) + k * ETA)
