@@ -14,10 +14,11 @@ For each shape (square n in ``--sizes``, plus a few non-square ones), in one run
   (``asnumpy(asarray(a) @ asarray(b))``), for outputs up to ``--numpy-max`` elements.
 
 Errors are max over the elements of ``|C - R| / |R|`` against a double-double
-reference ``R`` on a sample of rows (``--err-rows``): the operands are cut into 5
+reference ``R`` on a sample of rows (``--err-rows``;
+:func:`ozaki_backend.testing.sampled_rows_reference`: the operands are cut into 5
 integer slices of ``b = (53 - log2 k) / 2`` bits per row / column, every slice product
 is an exact FP64 GEMM (integer sums below 2^53), and the 25 products are summed in
-double-double. Test matrices (GEMMul8's): ``phi < 0`` standard normal, else
+double-double). Test matrices (GEMMul8's): ``phi < 0`` standard normal, else
 ``(U(0,1) - 0.5) exp(phi N(0,1))``, for ``phi`` in ``--phis``; timings use the first.
 
 JSON (``--json FILE``): the docs' benchmark format, schema ``ozaki_backend-bench/1``
@@ -28,12 +29,11 @@ emulation plan as ``impl="ozaki_backend"`` with ``mode``, ``moduli``, ``precisio
 ``bits``, ``speedup``, ``phases_s``; ``io="host"`` records for the NumPy in/out
 comparison), one ``kind="accuracy"`` record per (product, phi) with
 ``reference="double-double"``, and ``kind="gemm-issue"`` records for the GEMM issue
-strategies. ``--convert OLD NEW`` rewrites a file of the earlier format
-(``ozaki_backend.bench/1``, one nested object per shape) into this one; the table is
-printed from the same nested form either way.
+strategies. The machine and commit fields come from :mod:`ozaki_backend.provenance`.
 
 Times are medians of ``--reps`` runs after one warm-up (CUDA events for device work,
-wall clock for NumPy in/out); TFLOPS = 2 m n k / time.
+wall clock for NumPy in/out; :mod:`ozaki_backend.provenance`'s timers); TFLOPS =
+2 m n k / time.
 """
 
 from __future__ import annotations
@@ -42,13 +42,15 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shlex
-import subprocess
 import sys
 import time
 
 import numpy as np
+
+from . import provenance
+from .provenance import median_device_time, median_wall_time
+from .testing import sampled_rows_error, sampled_rows_reference
 
 DEFAULT_SIZES = (2048, 4096, 8192, 16384)
 DEFAULT_SHAPES = ((4096, 65536, 4096), (16384, 1024, 16384))
@@ -82,16 +84,6 @@ def _parse(argv):
     ap.add_argument("--machine-name", default=None,
                     help="short human name of the machine for the JSON file (goes on the "
                          "docs' plots; default: '<GPU> (<host name>)')")
-    ap.add_argument("--convert", nargs=2, metavar=("OLD", "NEW"),
-                    help="no benchmark: rewrite OLD (schema ozaki_backend.bench/1) as NEW "
-                         "(schema ozaki_backend-bench/1) and print its table")
-    ap.add_argument("--machine", default="{}", metavar="JSON",
-                    help="with --convert: machine fields the old file lacks, as a JSON "
-                         "object (name, cpu, cpu_count, os, python, numpy, blas)")
-    ap.add_argument("--command", default=None,
-                    help="with --convert: the command line that produced OLD")
-    ap.add_argument("--commit", default=None,
-                    help="with --convert: the ozaki_backend commit OLD was measured at")
     args = ap.parse_args(argv)
     if args.quick:
         if args.sizes == ",".join(map(str, DEFAULT_SIZES)):
@@ -110,99 +102,6 @@ def _matrix(cp, rng, shape, phi):
     if phi < 0:
         return rng.standard_normal(shape, dtype=np.float64)
     return (rng.random(shape, dtype=np.float64) - 0.5) * cp.exp(phi * rng.standard_normal(shape))
-
-
-def _exact_rows(cp, A, B):
-    """Double-double ``(hi, lo)`` of ``A @ B`` (A: a few rows) from exact slice GEMMs."""
-    k = A.shape[1]
-    b = (53 - int(np.ceil(np.log2(max(k, 2))))) // 2
-    nslices = 5
-
-    def scale_rows(X):
-        _, e = cp.frexp(X)
-        e = cp.where(X != 0, e, -1100).max(axis=1)
-        e = cp.where(e == -1100, 0, e)
-        return cp.ldexp(X, -e[:, None]), e
-
-    As, ea = scale_rows(A)
-    Bs, eb = scale_rows(B.T)
-    Bs = Bs.T
-
-    def slices(X):
-        out = []
-        r = X
-        for _ in range(nslices):
-            r = cp.ldexp(r, b)
-            h = cp.trunc(r)
-            out.append(h)
-            r = r - h
-        return out
-
-    SA, SB = slices(As), slices(Bs)
-    terms = []
-    for p in range(nslices):
-        for q in range(nslices):
-            terms.append((p + q, SA[p] @ SB[q]))   # exact: integer sums < 2^53
-    terms.sort(key=lambda t: -t[0])                # smallest magnitudes first
-    hi = cp.zeros((A.shape[0], B.shape[1]))
-    lo = cp.zeros_like(hi)
-    for d, P in terms:
-        x = cp.ldexp(P, -b * (d + 2))
-        s = hi + x                                 # TwoSum
-        bb = s - hi
-        err = (hi - (s - bb)) + (x - bb)
-        hi, lo = s, lo + err
-    s = hi + lo
-    lo = lo - (s - hi)
-    hi = s
-    sc = (ea[:, None] + eb[None, :])
-    return cp.ldexp(hi, sc), cp.ldexp(lo, sc)
-
-
-def _max_rel_err(cp, C, ref):
-    hi, lo = ref
-    nz = hi != 0
-    diff = cp.abs((C - hi) - lo)
-    if not bool(nz.any()):
-        return 0.0
-    return float(cp.max(cp.where(nz, diff / cp.abs(cp.where(nz, hi, 1.0)), 0.0)))
-
-
-def median_device_time(fn, reps):
-    """Median seconds of ``reps`` calls of ``fn`` after one warm-up, by CUDA events on
-    the current stream (CuPy)."""
-    import cupy
-
-    return _time_device(cupy, fn, reps)
-
-
-def _time_device(cp, fn, reps):
-    fn()
-    cp.cuda.Device().synchronize()
-    ts = []
-    for _ in range(reps):
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
-    return float(np.median(ts))
-
-
-def median_wall_time(fn, reps, sync=None):
-    """Median wall time of ``reps`` calls of ``fn`` after one warm-up (``sync`` waits)."""
-    fn()
-    if sync:
-        sync()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        if sync:
-            sync()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
 
 
 # ----------------------------------------------------------------------------- configs
@@ -235,15 +134,15 @@ def _bench_shape(cp, m, k, n, args, log):
     rng = cp.random.default_rng(m * 31 + k * 7 + n)
     data = {phi: (_matrix(cp, rng, (m, k), phi), _matrix(cp, rng, (k, n), phi)) for phi in phis}
     rows = cp.linspace(0, m - 1, min(m, args.err_rows)).astype(cp.int64)
-    refs = {phi: _exact_rows(cp, A[rows], B) for phi, (A, B) in data.items()}
+    refs = {phi: sampled_rows_reference(A[rows], B) for phi, (A, B) in data.items()}
     A, B = data[phis[0]]
     flops = 2.0 * m * n * k
     res = {"shape": [m, k, n]}
 
     C = cp.empty((m, n))
-    t_nat = _time_device(cp, lambda: cp.matmul(A, B, out=C), args.reps)
+    t_nat = median_device_time(lambda: cp.matmul(A, B, out=C), args.reps)
     res["native"] = {"seconds": t_nat, "tflops": flops / t_nat / 1e12, "max_rel_err": {
-        str(phi): _max_rel_err(cp, cp.matmul(Ap[rows], Bp), refs[phi])
+        str(phi): sampled_rows_error(cp.matmul(Ap[rows], Bp), refs[phi])
         for phi, (Ap, Bp) in data.items()}}
     log(f"  native DGEMM {t_nat * 1e3:9.2f} ms  {flops / t_nat / 1e12:6.1f} TFLOPS")
 
@@ -253,11 +152,11 @@ def _bench_shape(cp, m, k, n, args, log):
         # names the config, and each phi's count is kept with its error.
         N = plan.moduli_for(A, B)   # one pass over the operands on the device
         label = label.replace("{N}", str(N))
-        t = _time_device(cp, lambda: plan.matmul(A, B, out=C), args.reps)
+        t = median_device_time(lambda: plan.matmul(A, B, out=C), args.reps)
         errs, used = {}, {}
         for phi, (Ap, Bp) in data.items():
             Ce = plan.matmul(Ap, Bp)
-            errs[str(phi)] = _max_rel_err(cp, Ce[rows], refs[phi])
+            errs[str(phi)] = sampled_rows_error(Ce[rows], refs[phi])
             used[str(phi)] = plan.moduli_for(Ap, Bp)
         ph = pipeline.Phases()
         pipeline.product_into(A, B, plan, C, phases=ph)
@@ -279,15 +178,14 @@ def _bench_shape(cp, m, k, n, args, log):
 
     res["gemm_strategies"] = {}
     plan = Plan(m, n, k, mode="accurate")
-    import os
 
     # cuBLAS issue orders, then the fused kernel at both tile widths (all must agree).
     variants = [("batched", "batched", "", ""), ("loop", "loop", "", "")]
     if n > 8192 or m > 8192:
         variants += [("loop-unblocked", "loop", "0", "0"), ("loop-2d-blocks", "loop", "", "8192")]
-    from .cuda import modprod
+    from .cuda.capability import wgmma_available
 
-    if modprod.wgmma_available():
+    if wgmma_available():
         variants += [("fused-256", "wgmma:256", "", ""), ("fused-128", "wgmma:128", "", "")]
     reference = plan.matmul(A, B)
     res["gemm_strategies_bitwise_equal"] = True
@@ -300,8 +198,8 @@ def _bench_shape(cp, m, k, n, args, log):
         os.environ["OZAKI_BACKEND_CUDA_COLBLOCK"] = cb
         os.environ["OZAKI_BACKEND_CUDA_ROWBLOCK"] = rb
         try:
-            res["gemm_strategies"][name] = _time_device(
-                cp, lambda: plan.matmul(A, B, out=C), max(1, args.reps - 1))
+            res["gemm_strategies"][name] = median_device_time(
+                lambda: plan.matmul(A, B, out=C), max(1, args.reps - 1))
             if not bool(cp.array_equal(C.view(cp.int64), reference.view(cp.int64))):
                 res["gemm_strategies_bitwise_equal"] = False
         finally:
@@ -402,54 +300,6 @@ def _table(report):
 # ----------------------------------------------------------------------------- JSON
 
 SCHEMA = "ozaki_backend-bench/1"
-OLD_SCHEMA = "ozaki_backend.bench/1"
-
-
-def commit_id():
-    """``git rev-parse --short HEAD`` of the checkout this package runs from (with
-    ``+uncommitted changes`` when its files differ), or None outside a git checkout."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    try:
-        head = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--",
-                                "ozaki_backend", "kernels"], capture_output=True, text=True,
-                               check=True).stdout.strip()
-        return head + ("+uncommitted changes" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
-def machine_info(name, *, gpu=None, cupy=None, cuda_runtime=None):
-    """The ``machine`` object of docs/data/README.md for this host (and GPU, if any)."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    blas = None
-    try:
-        b = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
-        blas = f"{b.get('name')} {b.get('version')}"
-    except Exception:
-        pass
-    out = {"name": name, "cpu": cpu, "cpu_count": os.cpu_count(), "gpu": gpu,
-           "os": f"{platform.system()} {platform.release()}",
-           "python": platform.python_version(), "numpy": np.__version__, "blas": blas,
-           "cupy": cupy}
-    if cuda_runtime is not None:
-        out["cuda_runtime"] = cuda_runtime
-    return out
-
-
-def _host_machine(cp, name):
-    """:func:`machine_info` for this process's host and current GPU."""
-    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-    gpu = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-    return machine_info(name or f"{gpu} ({platform.node() or 'unknown host'})", gpu=gpu,
-                        cupy=cp.__version__,
-                        cuda_runtime=cp.cuda.runtime.runtimeGetVersion())
 
 
 def to_records(report, *, reps=3, err_rows=32):
@@ -529,27 +379,6 @@ def to_document(report, machine, command, *, reps=3, err_rows=32, commit=None):
     }
 
 
-def convert(old_path, new_path, machine=None, command=None, commit=None):
-    """Rewrite a file of the earlier format (``ozaki_backend.bench/1``) in the docs'
-    format; returns the nested report (for the table). The old format did not record
-    the run parameters: the defaults (``--reps 3 --err-rows 32``) are assumed, and the
-    host fields it lacks come from ``machine``."""
-    with open(old_path) as f:
-        report = json.load(f)
-    if report.get("schema") != OLD_SCHEMA:
-        raise SystemExit(f"{old_path}: schema {report.get('schema')!r} is not {OLD_SCHEMA!r}")
-    mach = {"name": f"{report['device']} host", "cpu": None, "cpu_count": None,
-            "gpu": report["device"], "os": None, "python": None, "numpy": None,
-            "blas": None, "cupy": report["cupy"], "cuda_runtime": report["cuda_runtime"]}
-    mach.update(machine or {})
-    doc = to_document(report, mach, command or "python -m ozaki_backend bench --json FILE",
-                      commit=commit)
-    doc["converted_from"] = {"schema": OLD_SCHEMA, "by": "python -m ozaki_backend.bench "
-                             "--convert OLD NEW (defaults assumed: --reps 3 --err-rows 32)"}
-    _write(new_path, doc)
-    return report
-
-
 def _write(path, doc):
     with open(path, "w") as f:
         json.dump(doc, f, indent=1)
@@ -560,12 +389,6 @@ def main(argv=None) -> int:
     """Run the benchmark; print the table last; optionally write JSON."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parse(argv)
-    if args.convert:
-        report = convert(*args.convert, machine=json.loads(args.machine),
-                         command=args.command, commit=args.commit)
-        print(f"wrote {args.convert[1]} (schema {SCHEMA})")
-        print(_table(report))
-        return 0
     from .cuda import availability
 
     ok, why = availability()
@@ -576,17 +399,16 @@ def main(argv=None) -> int:
 
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-    report = {
-        "schema": OLD_SCHEMA,  # the nested in-memory form; the file is to_document's
+    report = {  # the nested in-memory form (the table's); the file is to_document's
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "device": name, "compute_capability": cp.cuda.Device().compute_capability,
         "cupy": cp.__version__, "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
         "quick": bool(args.quick), "phis": [float(x) for x in args.phis.split(",")],
         "results": [],
     }
-    machine = _host_machine(cp, args.machine_name) if args.json else None
+    machine = provenance.gpu_machine(args.machine_name) if args.json else None
     command = "python -m ozaki_backend bench " + shlex.join(argv)
-    commit = commit_id() if args.json else None
+    commit = provenance.commit() if args.json else None
     shapes = [(n, n, n) for n in (int(x) for x in args.sizes.split(",") if x)]
     shapes += [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(";") if s]
 
@@ -628,13 +450,13 @@ def _bench_phase22(cp, n, args, log):
     A = rng.random((n, n)) * 2 - 1
     B = rng.random((n, n)) * 2 - 1
     plan = Plan(n, n, n, scheme="phase22")
-    t = _time_device(cp, lambda: plan.matmul(A, B), args.reps)
+    t = median_device_time(lambda: plan.matmul(A, B), args.reps)
     rows = cp.linspace(0, n - 1, min(n, args.err_rows)).astype(cp.int64)
-    hi, lo = _exact_rows(cp, A[rows], B)
+    hi, lo = sampled_rows_reference(A[rows], B)
     C = plan.matmul(A, B)
     err = float(cp.abs((C[rows] - hi) - lo).max())
     Cn = A @ B
-    t_nat = _time_device(cp, lambda: cp.matmul(A, B, out=Cn), args.reps)
+    t_nat = median_device_time(lambda: cp.matmul(A, B, out=Cn), args.reps)
     err_nat = float(cp.abs((Cn[rows] - hi) - lo).max())
     R = rng.integers(0, 127, size=(2, n, n), dtype=np.int8)
     C32 = cp.empty((n, n), dtype=cp.int32)
@@ -644,7 +466,7 @@ def _bench_phase22(cp, n, args, log):
         for _ in range(28):
             modgemm.gemm_tn(R[0].data.ptr, R[1].data.ptr, C32.data.ptr, n, n, n, n, n, n, h=h)
 
-    t28 = _time_device(cp, gemms, args.reps)
+    t28 = median_device_time(gemms, args.reps)
     log(f"  phase22 {t * 1e3:.2f} ms, 28 INT8 GEMMs {t28 * 1e3:.2f} ms (x{t / t28:.2f}), "
         f"native {t_nat * 1e3:.2f} ms, err {err:.2e} / native {err_nat:.2e}")
     return {"n": n, "seconds": t, "tflops": 2.0 * n ** 3 / t / 1e12, "int8_28_seconds": t28,

@@ -47,14 +47,13 @@ import argparse
 import datetime as _dt
 import json
 import math
-import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+from . import provenance
 
 PHIS = (-1.0, 0.0, 0.5, 1.0, 2.0, 4.0)
 OUTLIERS = (8, 14, 20)
@@ -156,7 +155,7 @@ class _Case:
 
 def _ozaki_errors(case, mode, N):
     from .plan import Plan
-    from .reference.pipeline import matmul_2d
+    from .reference.engine import product_2d as matmul_2d
 
     m, k = case.A.shape
     n = case.B.shape[1]
@@ -292,43 +291,15 @@ def _print_cells(mode, k, edges, cases, scans, raw, why, out):
     out.flush()
 
 
-def _machine(name):
-    """The ``machine`` object of the benchmark schema, for this host (no GPU used)."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:  # pragma: no cover - not Linux
-        pass
-    try:
-        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
-        blas = f"{blas.get('name')} {blas.get('version')}"
-    except Exception:  # pragma: no cover - informational only
-        blas = "unknown"
-    ncpu = os.cpu_count()
-    return {"name": name or f"{ncpu}-core {cpu}", "cpu": cpu, "cpu_count": ncpu,
-            "gpu": None, "os": f"{platform.system()} {platform.release()}",
-            "python": platform.python_version(), "numpy": np.__version__, "blas": blas,
-            "cupy": None}
+def _package():
+    """The ``ozaki_backend`` object of the data file: version and commit.
 
-
-def _commit():
-    """``git describe`` of the package's checkout, ``+uncommitted changes`` if dirty."""
+    Only the Python sources count for "uncommitted changes": the calibration runs the
+    CPU engine, which the kernel sources do not affect.
+    """
     from ._version import __version__
 
-    root = _PKG.parent
-    try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--",
-                                "ozaki_backend"], capture_output=True, text=True,
-                               check=True).stdout.strip()
-        commit = head + ("+uncommitted changes" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        commit = None
-    return {"version": __version__, "commit": commit}
+    return {"version": __version__, "commit": provenance.commit(paths=("ozaki_backend",))}
 
 
 def main(argv=None) -> int:
@@ -510,10 +481,10 @@ def main(argv=None) -> int:
     if acc_path is not None:
         doc = {
             "schema": "ozaki_backend-bench/1",
-            "machine": _machine(args.machine),
+            "machine": provenance.cpu_machine(args.machine),
             "date": f"{now:%Y-%m-%d}",
             "command": command,
-            "ozaki_backend": _commit(),
+            "ozaki_backend": _package(),
             "records": records,
             "calibration": {
                 "criterion": criterion, "margin": MARGIN, "phis": phis, "outliers": outl,

@@ -15,6 +15,9 @@ relative_errors(C, C_exact), max_relative_error(C, C_exact)
     Element-wise relative error and its maximum.
 error_bound(A, B, plan, C)
     Rigorous per-element bound on ``|C - A B|`` for an Ozaki-II product ``C``.
+sampled_rows_reference(A_rows, B), sampled_rows_error(C_rows, ref)
+    A double-double reference for a few rows of a large product, on the operands'
+    own device (NumPy or CuPy), and the max relative error against it.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import numpy as np
 from ._native import suspended
 
 __all__ = ["phi_matrix", "exact_matmul", "relative_errors", "max_relative_error",
-           "error_bound"]
+           "error_bound", "sampled_rows_reference", "sampled_rows_error"]
 
 #: Unit roundoff of float64 (round to nearest).
 U64 = 2.0**-53
@@ -525,3 +528,113 @@ def error_bound(A, B, plan=None, C=None):
     with np.errstate(over="ignore"):
         W = np.ldexp(T, -(s[:, None] + t[None, :]).astype(np.int64).clip(-4000, 4000))
     return _up(_up(W + ETA) + rounding)
+
+
+# --------------------------------------------------------------------------- sampled rows
+
+
+def _array_module(x):
+    """NumPy, or CuPy for a CuPy array (CuPy is imported only then)."""
+    if type(x).__module__.split(".")[0] == "cupy":
+        import cupy
+
+        return cupy
+    return np
+
+
+@_native_products
+def sampled_rows_reference(A_rows, B):
+    """Double-double ``(hi, lo)`` of ``A_rows @ B`` from exact slice products.
+
+    The oracle of ``python -m ozaki_backend bench``: products too large for
+    :func:`exact_matmul` are judged on a sample of rows, on the device that holds them.
+    Each row of ``A_rows`` and each column of ``B`` is scaled by a power of two to a
+    largest magnitude in ``[1/2, 1)`` and cut into 5 integer slices of
+    ``b = (53 - ceil(log2 k)) // 2`` bits; every slice product is then an exact float64
+    GEMM (integer sums below 2^53), and the 25 products are added, smallest
+    magnitudes first, in double-double (TwoSum).
+
+    Parameters
+    ----------
+    A_rows : numpy or cupy float64 (r, k)
+        The sampled rows of A (a few: the slices hold five copies of ``B``).
+    B : numpy or cupy float64 (k, n)
+        Same array module as ``A_rows``. Both finite.
+
+    Returns
+    -------
+    hi, lo : float64 (r, n), the operands' array module
+        ``hi + lo`` is the product. Entries more than ``5 b`` bits below the largest
+        of their row (of A) or column (of B) are truncated there, and the
+        double-double sum rounds in ``lo``: far below float64's unit roundoff for the
+        benchmark's matrices, but not a proof (:func:`exact_matmul` is exact).
+    """
+    xp = _array_module(A_rows)
+    A = A_rows
+    k = A.shape[1]
+    b = (53 - int(np.ceil(np.log2(max(k, 2))))) // 2
+    nslices = 5
+
+    def scale_rows(X):
+        _, e = xp.frexp(X)
+        e = xp.where(X != 0, e, -1100).max(axis=1)
+        e = xp.where(e == -1100, 0, e)
+        return xp.ldexp(X, -e[:, None]), e
+
+    As, ea = scale_rows(A)
+    Bs, eb = scale_rows(B.T)
+    Bs = Bs.T
+
+    def slices(X):
+        out = []
+        r = X
+        for _ in range(nslices):
+            r = xp.ldexp(r, b)
+            h = xp.trunc(r)
+            out.append(h)
+            r = r - h
+        return out
+
+    SA, SB = slices(As), slices(Bs)
+    terms = []
+    for p in range(nslices):
+        for q in range(nslices):
+            terms.append((p + q, SA[p] @ SB[q]))   # exact: integer sums < 2^53
+    terms.sort(key=lambda t: -t[0])                # smallest magnitudes first
+    hi = xp.zeros((A.shape[0], B.shape[1]))
+    lo = xp.zeros_like(hi)
+    for d, P in terms:
+        x = xp.ldexp(P, -b * (d + 2))
+        s = hi + x                                 # TwoSum
+        bb = s - hi
+        err = (hi - (s - bb)) + (x - bb)
+        hi, lo = s, lo + err
+    s = hi + lo
+    lo = lo - (s - hi)
+    hi = s
+    sc = (ea[:, None] + eb[None, :])
+    return xp.ldexp(hi, sc), xp.ldexp(lo, sc)
+
+
+def sampled_rows_error(C_rows, ref):
+    """``max |C - (hi + lo)| / |hi|`` over the elements where ``hi != 0``.
+
+    Parameters
+    ----------
+    C_rows : numpy or cupy float64 (r, n)
+        The computed rows, same array module as ``ref``.
+    ref : (hi, lo)
+        From :func:`sampled_rows_reference`.
+
+    Returns
+    -------
+    float
+        0.0 when every ``hi`` is zero (elements with ``hi == 0`` are not counted).
+    """
+    hi, lo = ref
+    xp = _array_module(hi)
+    nz = hi != 0
+    diff = xp.abs((C_rows - hi) - lo)
+    if not bool(nz.any()):
+        return 0.0
+    return float(xp.max(xp.where(nz, diff / xp.abs(xp.where(nz, hi, 1.0)), 0.0)))

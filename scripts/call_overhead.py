@@ -15,9 +15,9 @@ import time
 
 import cupy
 
-from ozaki_backend.bench import median_device_time
 from ozaki_backend.cuda.pipeline import product_into
 from ozaki_backend.plan import Plan
+from ozaki_backend.provenance import median_device_time
 
 
 def main():

@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 
-from ozaki_backend.bench import commit_id, machine_info, median_wall_time
+from ozaki_backend.provenance import commit, machine, median_wall_time
 
 SCHEMA = "ozaki_backend-bench/1"
 SEED = 20260101
@@ -37,10 +37,10 @@ def _header(name, gpu=None, cupy_version=None):
 
     return {
         "schema": SCHEMA,
-        "machine": machine_info(name, gpu=gpu, cupy=cupy_version),
+        "machine": machine(name, gpu=gpu, cupy=cupy_version),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
         "command": "python " + shlex.join(sys.argv),
-        "ozaki_backend": {"version": ozaki_backend.__version__, "commit": commit_id()},
+        "ozaki_backend": {"version": ozaki_backend.__version__, "commit": commit()},
         "records": [],
     }
 

@@ -16,8 +16,8 @@ import os
 import cupy
 import numpy as np
 
-from ozaki_backend.bench import median_device_time
 from ozaki_backend.cuda import modgemm, modprod
+from ozaki_backend.provenance import median_device_time
 from ozaki_backend.spec.moduli import MODULI
 
 PEAK = 1979e12

@@ -19,10 +19,10 @@ pytestmark = pytest.mark.gpu
 
 
 def _backends():
-    from ozaki_backend.cuda import modprod
+    from ozaki_backend.cuda import capability
 
     out = [("cublas", 128, 1)]
-    if modprod.wgmma_available():
+    if capability.wgmma_available():
         out += [("wgmma", bn, cl) for bn in (128, 256) for cl in (1, 2)]
     return out
 
@@ -76,10 +76,10 @@ def test_mod_products_ozaki2_moduli(rows, cols, k):
 def test_mod_products_64_byte_k_blocks(rows, cols, k, monkeypatch):
     # The 64-byte-swizzle variant (OZAKI_BACKEND_CUDA_BK=64: half-size stages, twice the
     # ring depth) must give the same residues as the default.
-    from ozaki_backend.cuda import modprod
+    from ozaki_backend.cuda import capability
 
-    if not modprod.wgmma_available():
-        pytest.skip(modprod.wgmma_unavailable_reason())
+    if not capability.wgmma_available():
+        pytest.skip(capability.wgmma_unavailable_reason())
     monkeypatch.setenv("OZAKI_BACKEND_CUDA_BK", "64")
     rng = np.random.default_rng(rows + cols + k)
     RA = _planes(rng, 3, rows, k)
@@ -124,10 +124,10 @@ def test_largest_accumulators_and_folds():
 
 
 def test_need_skips_tiles():
-    from ozaki_backend.cuda import modprod
+    from ozaki_backend.cuda import capability
 
-    if not modprod.wgmma_available():
-        pytest.skip(modprod.wgmma_unavailable_reason())
+    if not capability.wgmma_available():
+        pytest.skip(capability.wgmma_unavailable_reason())
     rng = np.random.default_rng(9)
     rows, cols, k = 300, 600, 256
     RA = _planes(rng, 3, rows, k)
@@ -168,11 +168,11 @@ def _data(rng, m, k, phi=1.0):
 @pytest.mark.parametrize("m,k,n,N", [(1, 1, 1, 2), (129, 130, 257, 9), (256, 4096, 384, 15),
                                      (300, 777, 200, 20), (64, 70000, 96, 16)])
 def test_fused_path_end_to_end(m, k, n, N, mode):
-    from ozaki_backend.cuda import modprod
+    from ozaki_backend.cuda import capability
     from ozaki_backend.cuda.pipeline import product_into
 
-    if not modprod.wgmma_available():
-        pytest.skip(modprod.wgmma_unavailable_reason())
+    if not capability.wgmma_available():
+        pytest.skip(capability.wgmma_unavailable_reason())
     rng = np.random.default_rng(m + k + n + N)
     A = _data(rng, m, k)
     B = _data(rng, k, n)

@@ -295,7 +295,7 @@ def test_fold_is_exact_over_the_whole_u64_range():
     """Barrett with mu = floor(2^64 / M_nl) and one correction is exact for every
     64-bit sum; checked at the kernel's largest sum sum_i (p_i - 1) f_i (< 7 126 max f),
     around multiples of M_nl, at the fold point M_nl / 2 and up to 2^64 - 1."""
-    from ozaki_backend.cuda import phase22 as G
+    from ozaki_backend.cuda import phase22_driver as G
 
     rng = np.random.default_rng(6)
     s_list, nl_list = [], []
@@ -490,7 +490,7 @@ def test_tiles_with_different_prime_counts():
 
 
 def test_row_blocks_give_the_same_bits(monkeypatch):
-    from ozaki_backend.cuda import phase22 as G
+    from ozaki_backend.cuda import phase22_driver as G
 
     m, k, n = 300, 200, 70
     A, B = _operands(m, k, n, "mixed_nl", 11)
@@ -505,7 +505,7 @@ def test_row_blocks_give_the_same_bits(monkeypatch):
 def test_chunk_groups_through_the_int64_sums(monkeypatch, group_max):
     """Fewer chunks per CRT launch than chunks (the int64 pass sums carry between
     launches; the last group's CRT is fused with the finalize), with row blocks too."""
-    from ozaki_backend.cuda import phase22 as G
+    from ozaki_backend.cuda import phase22_driver as G
 
     m, k, n = 260, 2 * KC + 5, 70
     A, B = _operands(m, k, n, "mixed_nl", 21)
@@ -520,7 +520,7 @@ def test_chunk_groups_through_the_int64_sums(monkeypatch, group_max):
 
 
 def test_choose_blocks_prefers_whole_groups_then_long_row_blocks():
-    from ozaki_backend.cuda import phase22 as G
+    from ozaki_backend.cuda import phase22_driver as G
 
     big = 1 << 40
     assert G.choose_blocks(8192, 8192, 8192, 2, free=big) == (8192, 2)
@@ -547,7 +547,7 @@ def test_choose_blocks_prefers_whole_groups_then_long_row_blocks():
 def test_driver_reads_the_device_once(monkeypatch):
     """No host synchronisation inside the driver: one small device-to-host read (the
     non-finite flag and the nl maxima) after every launch is queued."""
-    from ozaki_backend.cuda import phase22 as G
+    from ozaki_backend.cuda import phase22_driver as G
 
     m, k, n = 130, KC + 3, 66
     A, B = _operands(m, k, n, "uniform", 22)

@@ -13,7 +13,7 @@ import pytest
 
 import ozaki_backend as ob
 from ozaki_backend import _native
-from ozaki_backend.dispatch import loophook
+from ozaki_backend.dispatch import loophook, route
 
 CPU = dict(engine="cpu", min_size=0)
 rng = np.random.default_rng(11)
@@ -204,11 +204,11 @@ def test_exception_in_routed_path_falls_back_and_is_counted(monkeypatch, caplog)
     a, b = M(10, 14), M(14, 9)
     nat = np.matmul(a, b)
 
-    def broken(x, y, opts):
+    def broken(x, y, opts, **scaling):
         view = x[0]  # noqa: F841  (a view of NumPy's loop buffer in a traceback frame)
         raise RuntimeError("engine exploded")
 
-    monkeypatch.setattr(loophook._api, "product", broken)
+    monkeypatch.setattr(route._api, "product", broken)
     with ob.enabled(**CPU):
         r = a @ b
     assert same(r, nat)

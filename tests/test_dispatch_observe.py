@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ozaki_backend as ob
-from ozaki_backend.dispatch import config, env, loophook, routing
+from ozaki_backend.dispatch import config, costmodel, env, log, loophook, routing
 
 rng = np.random.default_rng(2)
 pytestmark = pytest.mark.usefixtures("clean_dispatch")
@@ -41,11 +41,14 @@ def test_stats_counts_reasons_entries_and_reset():
     assert s["c_fast_path"] == {"below_floor": 0, "vector_shaped": 0}
 
 
-def test_fallback_of_an_unusable_engine_is_logged_once(caplog):
+def test_fallback_of_an_unusable_engine_is_logged_once(caplog, monkeypatch):
     from ozaki_backend.cuda import availability
 
     if availability()[0]:
         pytest.skip("a GPU is usable here: engine='cuda' would not fail")
+    # The first-warning memory is process-wide: an earlier test's RuntimeError in the
+    # routed `@` path (test_dispatch_matmul) would otherwise make this one a debug line.
+    monkeypatch.setattr(log, "_warned", set())
     a, b = M(10, 14), M(14, 9)
     nat = a @ b
     caplog.set_level(logging.DEBUG, logger="ozaki_backend")
@@ -76,7 +79,7 @@ def test_explain_report_and_recent_decisions():
 
 
 def test_cost_model_decisions_and_floor():
-    model = routing.cost_model()
+    model = costmodel.cost_model()
     cfg = config.Config.build(None, {"engine": "cuda"})
     old = model.host_gflops
     try:
@@ -87,7 +90,7 @@ def test_cost_model_decisions_and_floor():
         assert not small and small.reason == "cost model: host BLAS faster"
         assert big and big.engine == "cuda" and big.est_emulated_s < big.est_host_s
         assert "est. host BLAS" in repr(big)
-        assert routing.floor(cfg) == model.floor()
+        assert costmodel.floor(cfg) == model.floor()
         ob.enable(engine="cuda")
         assert loophook.state() == (1, model.floor())
         model.host_gflops = 1000.0                 # enable()'s floor follows the model

@@ -125,11 +125,11 @@ class TimeCUDAGemmPath:
 
     def setup(self, n, path):
         cp = require_gpu()
-        from ozaki_backend.cuda import modprod
+        from ozaki_backend.cuda.capability import wgmma_available, wgmma_unavailable_reason
         from ozaki_backend.cuda.pipeline import product_into
 
-        if path == "wgmma" and not modprod.wgmma_available():
-            raise NotImplementedError(modprod.wgmma_unavailable_reason())
+        if path == "wgmma" and not wgmma_available():
+            raise NotImplementedError(wgmma_unavailable_reason())
         self.cp = cp
         a, b = operands(n, n, n)
         self.a, self.b = cp.asarray(a), cp.asarray(b)

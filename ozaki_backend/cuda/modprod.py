@@ -19,6 +19,8 @@ Two backends give the same bytes (the integers are exact, the remainder unique):
 
 Which one runs is decided per shape by :mod:`ozaki_backend.cuda.tuning` (a table
 measured by ``python -m ozaki_backend tune``); ``OZAKI_BACKEND_CUDA_MODPROD`` forces one.
+Whether the wgmma backend can run at all is :mod:`ozaki_backend.cuda.capability`'s
+answer.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import numpy as np
 from ..spec import remainders
 from . import loader, modgemm
 from ._common import blocks, round_up
+from .capability import wgmma_unavailable_reason
 from .errors import CudaEngineError
 
 BACKENDS = ("wgmma", "cublas")
@@ -52,30 +55,6 @@ _ITEM = np.dtype([("a", "<i4"), ("b", "<i4"), ("p", "<u4"), ("magic", "<u4"),
                   ("shift", "<i4"), ("bias", "<u4"), ("level", "<i4"), ("pad", "<i4")])
 _TMAP = np.dtype([("opaque", "<u8", (16,))], align=True)
 _lock = threading.Lock()
-
-
-# ------------------------------------------------------------------ availability
-
-@lru_cache(maxsize=None)
-def _wgmma_reason(device_id: int) -> str:
-    """Empty when the wgmma backend can run on this device, else why not."""
-    cc = cupy.cuda.Device(device_id).compute_capability
-    if cc != "90":
-        return f"compute capability {cc[:-1]}.{cc[-1]} (the fused kernel needs 9.0, Hopper)"
-    try:
-        _libcuda().cuTensorMapEncodeTiled
-    except (OSError, AttributeError) as exc:
-        return f"the driver has no cuTensorMapEncodeTiled ({exc})"
-    return ""
-
-
-def wgmma_available() -> bool:
-    """Whether the fused Hopper kernel can run on the current device."""
-    return not _wgmma_reason(cupy.cuda.runtime.getDevice())
-
-
-def wgmma_unavailable_reason() -> str:
-    return _wgmma_reason(cupy.cuda.runtime.getDevice())
 
 
 # ------------------------------------------------------------------ tensor maps

@@ -22,26 +22,36 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 from functools import lru_cache
 from importlib import resources
 
 import cupy
-import numpy as np
 
-from . import modprod
+from .capability import wgmma_available, wgmma_unavailable_reason
 
 PATHS = ("cublas", "wgmma")
-SCHEMA = "ozaki_backend-tuning/1"
-_FILE = "_data/gemm_tuning.json"
+#: The table, relative to the package (the measuring side is ``ozaki_backend.tune``).
+TABLE_FILE = "_data/gemm_tuning.json"
+
+
+def table_path():
+    """The package's tuning table (a :mod:`importlib.resources` traversable)."""
+    return resources.files("ozaki_backend").joinpath(TABLE_FILE)
 
 
 @lru_cache(maxsize=None)
 def _table_text():
     try:
-        return resources.files("ozaki_backend").joinpath(_FILE).read_text()
+        return table_path().read_text()
     except FileNotFoundError:
         return ""
+
+
+def clear_cache():
+    """Drop the cached table, so that the next product reads the file again (for the
+    writer of the table, :func:`ozaki_backend.tune.write_table`)."""
+    _table_text.cache_clear()
+    _entries_for.cache_clear()
 
 
 @lru_cache(maxsize=None)
@@ -104,15 +114,15 @@ def choice(m, n, k, n_moduli):
     forced = _forced()
     if forced is not None:
         path, width = forced
-        if path == "wgmma" and not modprod.wgmma_available():
+        if path == "wgmma" and not wgmma_available():
             raise ValueError("OZAKI_BACKEND_CUDA_PATH=wgmma, but "
-                             + modprod.wgmma_unavailable_reason())
+                             + wgmma_unavailable_reason())
         if width is None:
             e = _nearest(_device_entries()[1], m, n, k)
             width = _fused_width(e) if e else 256
         return path, width, "forced by OZAKI_BACKEND_CUDA_PATH"
-    if not modprod.wgmma_available():
-        return "cublas", 256, "fused kernel unavailable: " + modprod.wgmma_unavailable_reason()
+    if not wgmma_available():
+        return "cublas", 256, "fused kernel unavailable: " + wgmma_unavailable_reason()
     dev, entries = _device_entries()
     e = _nearest(entries, m, n, k)
     if e is None:
@@ -131,84 +141,4 @@ def modprod_choice(rows, cols, kc, n_items):
     forced = _forced()
     if forced is not None:
         return path, width
-    return ("wgmma" if modprod.wgmma_available() else "cublas"), width
-
-
-# ------------------------------------------------------------------ measuring
-
-DEFAULT_SHAPES = ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
-                  (8192, 8192, 8192), (4096, 4096, 16384), (16384, 16384, 1024),
-                  (16384, 16384, 16384))
-
-
-def measure(shapes=DEFAULT_SHAPES, *, n_moduli=15, mode="fast", repeats=5, log=print):
-    """Time the whole product both ways per shape; returns this device's table record.
-
-    Every variant's result is checked bitwise against the cuBLAS path's before its time
-    counts (the paths must agree; a mismatch raises).
-    """
-    from ..bench import median_device_time
-    from ..plan import Plan
-    from .pipeline import product_into
-
-    dev = cupy.cuda.Device()
-    name = device_name(dev.id)
-    variants = [("cublas", None)]
-    if modprod.wgmma_available():
-        variants += [("wgmma", 128), ("wgmma", 256)]
-    entries = []
-    rng = np.random.default_rng(0)
-    old = os.environ.get("OZAKI_BACKEND_CUDA_PATH")
-    try:
-        for m, k, n in shapes:
-            A = cupy.asarray(rng.standard_normal((m, k)))
-            B = cupy.asarray(rng.standard_normal((k, n)))
-            plan = Plan(m, n, k, moduli=n_moduli, mode=mode)
-            ref = None
-            secs = {}
-            for path, width in variants:
-                key = path if width is None else f"{path}:{width}"
-                os.environ["OZAKI_BACKEND_CUDA_PATH"] = key
-                out = cupy.empty((m, n))
-                product_into(A, B, plan, out)
-                if ref is None:
-                    ref = out.copy()
-                elif not bool((out.view(np.int64) == ref.view(np.int64)).all()):
-                    raise RuntimeError(f"{key} differs from the cuBLAS path at {m}x{k}x{n}")
-                secs[key] = median_device_time(lambda: product_into(A, B, plan, out), repeats)
-            best = min(secs, key=secs.get)
-            path, _, width = best.partition(":")
-            e = {"m": m, "n": n, "k": k, "n_moduli": n_moduli, "mode": mode,
-                 "seconds": secs, "choice": path, "choice_key": best}
-            if width:
-                e["width"] = int(width)
-            entries.append(e)
-            log(f"{m}x{k}x{n}: " + ", ".join(f"{kk} {v * 1e3:.2f} ms" for kk, v in secs.items())
-                + f" -> {best}")
-            del A, B, out, ref
-            cupy.get_default_memory_pool().free_all_blocks()
-    finally:
-        if old is None:
-            os.environ.pop("OZAKI_BACKEND_CUDA_PATH", None)
-        else:
-            os.environ["OZAKI_BACKEND_CUDA_PATH"] = old
-    return name, {"compute_capability": dev.compute_capability,
-                  "measured": time.strftime("%Y-%m-%d"),
-                  "command": "python -m ozaki_backend tune", "entries": entries}
-
-
-def write_table(name, record, path=None):
-    """Merge one device's record into the table file (the package's by default)."""
-    if path is None:
-        path = resources.files("ozaki_backend").joinpath(_FILE)
-    try:
-        table = json.loads(open(path).read())
-    except (FileNotFoundError, ValueError):
-        table = {"schema": SCHEMA, "devices": {}}
-    table["devices"][name] = record
-    with open(path, "w") as f:
-        json.dump(table, f, indent=1, sort_keys=True)
-        f.write("\n")
-    _table_text.cache_clear()
-    _entries_for.cache_clear()
-    return path
+    return ("wgmma" if wgmma_available() else "cublas"), width

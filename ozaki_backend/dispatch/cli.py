@@ -1,7 +1,9 @@
 """``python -m ozaki_backend run ...`` and ``python -m ozaki_backend info``.
 
 The package's ``__main__`` calls :func:`run_main` and :func:`info_main` with the
-arguments after the sub-command; both return the process exit status.
+arguments after the sub-command; both return the process exit status. The top of
+the dispatch layers: it uses ``env`` and reads every layer below (imported inside the
+functions, so that ``python -m ozaki_backend`` stays quick to start).
 """
 
 from __future__ import annotations
@@ -122,6 +124,7 @@ def run_main(argv) -> int:
 
     from . import config as _config
     from . import env as _env
+    from .scopes import enable
 
     if kind == "script" and not os.path.exists(target):
         sys.stderr.write(f"ozaki_backend run: error: can't open file {target!r}\n")
@@ -134,7 +137,7 @@ def run_main(argv) -> int:
     except (TypeError, ValueError) as exc:
         sys.stderr.write(f"ozaki_backend run: error: {exc}\n")
         return 2
-    _config.enable(**cfg)
+    enable(**cfg)
     os.environ.update(_env.environ_for(cfg))
     want_stats = flags["stats"] or (os.environ.get("OZAKI_BACKEND_STATS") or "").strip().lower() \
         in ("1", "true", "yes", "on")
@@ -196,8 +199,8 @@ def _info() -> dict:
     from ..spec.moduli import MODULI
     from ..spec.rules import fp64_table as _fp64_table
     from . import config as _config
+    from . import costmodel, loophook, numpy_wrappers, patches, routing
     from . import env as _env
-    from . import loophook, patches, routing
 
     ok, why = availability()
     cupy = None
@@ -210,7 +213,7 @@ def _info() -> dict:
     except ImportError:
         scipy_version = None
     node = _config.current()
-    model = routing.cost_model()
+    model = costmodel.cost_model()
     eng_auto, eng_why = routing.resolve_engine(_config.DEFAULT_CONFIG)
     table = _fp64_table()
     cross = []
@@ -232,17 +235,17 @@ def _info() -> dict:
         "cupy": cupy,
         "engine_auto": {"engine": eng_auto, "why": eng_why},
         "loop_hook": {"extension": loophook.available(),
-                      "extension_path": getattr(loophook._C, "__file__", None),
+                      "extension_path": loophook.extension_path(),
                       "installed_in_this_process": loophook.installed()},
         "state": {"enabled_here": node.enabled, "config": node.config.as_dict(),
                   "c_state": dict(zip(("active_scopes", "floor"), loophook.state()))},
         "cost_model": {"host_gflops": model.host_gflops, "host_source": model.host_source,
-                       **{k: getattr(model, k) for k in model._PARAMS},
+                       **{k: getattr(model, k) for k in model.PARAMS},
                        "floor_mnk": model.floor(), "cubes": cross},
         "moduli": {"table": list(MODULI), "fp64": table},
         "intercepted": {
             "@ / np.matmul": "C inner-loop hook (float64 dd->d loop)",
-            **{f"{m}.{a}": "module-level wrapper" for m, a, _, _ in patches._NUMPY_TARGETS},
+            **{f"{m}.{a}": "module-level wrapper" for m, a, _, _ in numpy_wrappers.TARGETS},
             "scipy.linalg.blas.dgemm": "module-level wrapper (also scipy.linalg._fblas.dgemm)",
             "scipy.linalg.get_blas_funcs('gemm')": "returns the dgemm wrapper (memo cleared)",
         },

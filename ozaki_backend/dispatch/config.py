@@ -1,18 +1,26 @@
-"""Scopes and configuration: ``enabled()``, ``disabled()``, ``enable()``, ``disable()``.
+"""Configuration state: :class:`Config`, the per-context scope chain, the process
+default, and the activity summary the C loop hook reads.
+
+Pure state, below routing and installation: this module imports ``_options`` (value
+validation), ``costmodel`` (the floor of a config) and the C extension ``_loophook``
+(to publish the activity summary), and nothing that installs, routes or observes. The
+public ``enabled()`` / ``disabled()`` / ``enable()`` / ``disable()``, which install the
+interception layer on first use, live above it in ``scopes``.
 
 State model
 -----------
 The routing state of the running code is one :class:`contextvars.ContextVar` holding a
 chain of scope nodes (``enabled`` flag, :class:`Config`, previous node). A context with
-no node uses the *process default*, which :func:`enable` / :func:`disable` set.
+no node uses the *process default*, which :func:`set_default` sets (for ``enable()`` /
+``disable()``).
 
-* ``with enabled(...)`` / ``with disabled()`` push a node in the current context only,
-  so threads and asyncio tasks are isolated; an exception inside a scope restores the
-  previous state on the way out.
+* :func:`push` / :func:`pop` (``with enabled(...)`` / ``with disabled()``) add a node
+  in the current context only, so threads and asyncio tasks are isolated; an exception
+  inside a scope restores the previous state on the way out.
 * Threads started with ``threading.Thread`` or executor pools begin with an empty
   context and therefore see the process default, not the scope of the thread that
   started them; ``asyncio`` tasks and ``asyncio.to_thread`` copy the context and see
-  the scope (``loop.run_in_executor`` does not). Use :func:`enable` for a whole program.
+  the scope (``loop.run_in_executor`` does not). Use ``enable()`` for a whole program.
 
 Besides the per-context value, the process keeps a count of the enabled scope nodes
 alive *anywhere* (plus ``enable()``'s default) and the smallest ``m*n*k`` any of them
@@ -26,12 +34,20 @@ calling context not enabled.
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections import Counter
 from contextvars import ContextVar
 
 from .. import _options
+from . import costmodel
+from .costmodel import NEVER
+
+try:
+    # The C extension itself (a leaf), not loophook.py: publishing the activity
+    # summary must not pull in the routing layers above this one.
+    from . import _loophook as _c_hook
+except ImportError:  # not built: `@` is not intercepted (loophook.install() warns)
+    _c_hook = None
 
 #: Numerical keys (handed to the engine, validated by ``_options.normalize``).
 NUMERIC_KEYS = ("engine", "precision", "bits", "moduli", "mode", "scheme", "residual")
@@ -40,9 +56,6 @@ CONFIG_KEYS = NUMERIC_KEYS + ("min_size",)
 
 #: ``min_size`` given as this (or None) means "use the cost model".
 AUTO = "auto"
-
-#: A floor no product reaches (also the C hook's "never route").
-NEVER = 2**63 - 1
 
 
 def _check_min_size(value):
@@ -128,9 +141,7 @@ class Config:
 
     def floor(self) -> int:
         """Smallest ``m*n*k`` this config may route now (``NEVER`` if none)."""
-        from . import routing
-
-        return int(routing.floor(self))
+        return int(costmodel.floor(self))
 
     def __eq__(self, other):
         return isinstance(other, Config) and self.as_dict() == other.as_dict()
@@ -182,10 +193,55 @@ _process_default = _Node(False, DEFAULT_CONFIG, None, None)
 def current():
     """The scope node in force in the calling context (process default if none).
 
-    Returns an object with ``enabled`` (bool) and ``config`` (:class:`Config`).
+    Returns
+    -------
+    node
+        An object with ``enabled`` (bool) and ``config`` (:class:`Config`).
     """
     node = _STATE.get()
     return _process_default if node is None else node
+
+
+def has_scope() -> bool:
+    """Whether the calling context has a scope of its own (else the default applies)."""
+    return _STATE.get() is not None
+
+
+def push(enabled: bool, config: Config, owner) -> None:
+    """Open a scope in the calling context: a node on top of its chain.
+
+    Parameters
+    ----------
+    enabled : bool
+        Route (True) or run natively (False) inside it.
+    config : Config
+    owner : object
+        The scope object; :func:`pop` only removes a node pushed by the same owner.
+    """
+    _STATE.set(_Node(enabled, config, _STATE.get(), owner))
+
+
+def pop(owner) -> bool:
+    """Close the calling context's innermost scope if ``owner`` opened it.
+
+    Returns
+    -------
+    bool
+        False (and nothing changed) when the innermost node has another owner, e.g.
+        a generator left open across scopes.
+    """
+    node = _STATE.get()
+    if node is None or node.owner is not owner:
+        return False
+    _STATE.set(node.prev)  # the node stops counting once no context holds it
+    return True
+
+
+def set_default(enabled: bool, config: Config) -> None:
+    """Replace the process default (the state of every context without a scope)."""
+    global _process_default
+    with _lock:
+        _process_default = _Node(enabled, config, None, None)
 
 
 # --------------------------------------------------------------------------- activity
@@ -196,19 +252,22 @@ ANY_ACTIVE = False
 
 _lock = threading.RLock()
 _active_floors: Counter = Counter()   # floor -> number of live enabled nodes
-_installed = False
 
 
-def refresh_floors():
+def refresh_floors() -> None:
     """Recompute the floor of enable()'s default after the cost model changed.
 
     Scopes already open keep the floor they were counted with (their products are
     still decided by the current model in Python); scopes opened later use the new one.
+    Registered with :meth:`CostModel.subscribe` below.
     """
     global _process_default
     with _lock:
         if _process_default.enabled:
             _process_default = _Node(True, _process_default.config, None, None)
+
+
+costmodel.cost_model().subscribe(refresh_floors)
 
 
 def _publish():
@@ -217,9 +276,8 @@ def _publish():
     n = sum(_active_floors.values())
     floor = min(_active_floors) if n else NEVER
     ANY_ACTIVE = n > 0
-    from . import loophook
-
-    loophook.set_state(n, floor)
+    if _c_hook is not None:
+        _c_hook.set_state(n, min(floor, NEVER))
 
 
 def _activate(config: Config) -> int:
@@ -236,165 +294,3 @@ def _deactivate(floor: int) -> None:
         if _active_floors[floor] <= 0:
             del _active_floors[floor]
         _publish()
-
-
-def install():
-    """Install the interception layer (once per process; later calls do nothing).
-
-    Process-wide effects: replaces NumPy matmul's float64 inner loop (C hook, never
-    undone), rebinds ``numpy.dot``, ``numpy.inner``, ``numpy.tensordot``,
-    ``numpy.einsum``, ``numpy.linalg.multi_dot`` to wrappers, and patches
-    ``scipy.linalg.blas.dgemm`` / ``get_blas_funcs("gemm")`` now or as soon as
-    ``scipy.linalg`` is imported. Everything installed is inert outside a scope. The
-    first ``enabled()`` / ``enable()`` calls this; call it yourself early (before
-    starting threads that use ``np.matmul``) if you want the loop replaced at a
-    moment of your choosing, as NumPy does not support replacing a loop while another
-    thread runs it.
-    """
-    global _installed
-    if _installed:
-        return
-    with _lock:
-        if _installed:
-            return
-        from . import loophook, patches
-
-        loophook.install()
-        patches.install()
-        _installed = True
-
-
-def installed() -> bool:
-    """Whether :func:`install` has run in this process."""
-    return _installed
-
-
-# --------------------------------------------------------------------------- scopes
-class _Scope:
-    """Context manager and decorator returned by :func:`enabled` / :func:`disabled`."""
-
-    __slots__ = ("_enabled", "_config", "__weakref__")
-
-    def __init__(self, enabled: bool, config: Config):
-        self._enabled = enabled
-        self._config = config
-
-    @property
-    def config(self) -> Config:
-        """The configuration this scope applies."""
-        return self._config
-
-    def __enter__(self):
-        if self._enabled:
-            install()
-        _STATE.set(_Node(self._enabled, self._config, _STATE.get(), self))
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        node = _STATE.get()
-        if node is None or node.owner is not self:
-            # Exiting a scope that is not the innermost one in this context (e.g. a
-            # generator left open across scopes): refuse rather than corrupt the chain.
-            raise RuntimeError("ozaki_backend scope exited out of order (it is not the "
-                               "innermost active scope in this context)")
-        _STATE.set(node.prev)  # the node stops counting once no context holds it
-        return False
-
-    def __call__(self, func):
-        """Use the scope as a decorator: every call of ``func`` runs inside it.
-
-        Works for plain and ``async def`` functions (the scope spans the awaited body).
-        """
-        import inspect
-
-        if inspect.iscoroutinefunction(func):
-            @functools.wraps(func)
-            async def async_wrapper(*args, **kwargs):
-                with self:
-                    return await func(*args, **kwargs)
-
-            return async_wrapper
-
-        @functools.wraps(func)
-        def wrapper(*args, **kwargs):
-            with self:
-                return func(*args, **kwargs)
-
-        return wrapper
-
-    def __repr__(self):
-        if not self._enabled:
-            return "ozaki_backend.disabled()"
-        return f"ozaki_backend.enabled({self._config!r})"
-
-
-def enabled(**config) -> _Scope:
-    """Route matrix products in the body through the backend.
-
-    A context manager and a decorator. Nested scopes inherit the keys they do not set
-    from the enclosing scope (or from the process default); ``precision``, ``bits`` and
-    ``moduli`` are one choice, so setting one of them drops an inherited other.
-
-    Parameters
-    ----------
-    engine : {"auto", "cpu", "cuda"}
-        ``auto``: the GPU when CuPy and a device are usable, else the CPU reference.
-    precision, bits, moduli, mode, scheme, residual
-        As for :func:`ozaki_backend.matmul`.
-    min_size : int or "auto"
-        Smallest ``m*n*k`` routed; ``0`` routes every eligible product. ``"auto"``
-        (default) lets the cost model decide: with the CUDA engine, route where the
-        estimated transfer + GPU time beats the measured host BLAS; with
-        ``engine="cpu"`` route every eligible product (you asked for the reference
-        engine's results); with ``engine="auto"`` and no GPU, route nothing.
-
-    Returns
-    -------
-    context manager / decorator
-
-    Raises
-    ------
-    TypeError, ValueError
-        At the call (the ``with`` line) for an unknown key or a bad value; the
-        message names it.
-
-    Notes
-    -----
-    The first enabled scope installs the interception layer process-wide
-    (:func:`install`). The scope itself only affects the current thread / asyncio
-    task; see the module docstring for how new threads behave.
-    """
-    return _Scope(True, Config.build(current().config, config, "enabled"))
-
-
-def disabled() -> _Scope:
-    """Run the body natively even inside an enabled scope or after :func:`enable`.
-
-    Context manager and decorator; affects the current thread / asyncio task only.
-    """
-    return _Scope(False, current().config)
-
-
-def enable(**config) -> None:
-    """Enable routing process-wide (the default for every context without a scope).
-
-    Takes the same keys as :func:`enabled`, applied on top of the library defaults
-    (not on top of an earlier ``enable``). Threads that start later see it too.
-    Installs the interception layer (:func:`install`). Scopes still override it.
-    """
-    global _process_default
-    cfg = Config.build(None, config, "enable")
-    install()
-    with _lock:
-        _process_default = _Node(True, cfg, None, None)
-
-
-def disable() -> None:
-    """Turn the process-wide default off again (scopes are not affected).
-
-    The default configuration returns to the library defaults, so a later
-    ``enabled()`` does not inherit what an earlier ``enable(...)`` set.
-    """
-    global _process_default
-    with _lock:
-        _process_default = _Node(False, DEFAULT_CONFIG, None, None)

@@ -22,6 +22,9 @@ Variables (``docs/configuration.md`` has the table): ``OZAKI_BACKEND`` (on/off),
 one ``OZAKI_BACKEND_<KEY>`` per config key (``ENGINE``, ``PRECISION``, ``BITS``,
 ``MODULI``, ``MODE``, ``SCHEME``, ``RESIDUAL``, ``MIN_SIZE``; an empty value means
 unset), and ``OZAKI_BACKEND_LOG``, ``OZAKI_BACKEND_STATS``, ``OZAKI_BACKEND_HOST_GFLOPS``.
+
+Above the library's layers: it validates with ``config``, enables with ``scopes`` and
+prints with ``observe``; ``_start`` and ``cli`` call it.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ import os
 import sys
 
 from . import config as _config
+from .observe import format_stats
+from .scopes import enable
 
 ENV = "OZAKI_BACKEND"
 PREFIX = "OZAKI_BACKEND_"
@@ -148,8 +153,6 @@ def print_stats_at_exit() -> None:
     _stats_registered = True
 
     def _print():
-        from .observe import format_stats
-
         try:
             sys.stderr.write(format_stats() + "\n")
         except Exception:  # interpreter shutting down: nothing useful to do
@@ -180,7 +183,7 @@ def activate_from_environ(environ=None) -> bool:
         return False
     cfg = config_from_environ(env)
     setup_logging(env.get("OZAKI_BACKEND_LOG", ""))
-    _config.enable(**cfg)
+    enable(**cfg)
     if (env.get("OZAKI_BACKEND_STATS") or "").strip().lower() in _TRUE:
         print_stats_at_exit()
     logging.getLogger("ozaki_backend.dispatch").info(

@@ -9,21 +9,27 @@ float64 before the loop). float32, complex, integer and object products use othe
 loops and are never seen.
 
 The C side stays in C (no GIL) when no scope is active anywhere, for matrix-vector
-shapes, and below the smallest floor of the active scopes. Otherwise it calls
-:func:`_route` with 3-D views over the loop's buffers, once per loop invocation (one
-ufunc call can invoke the loop several times). ``_route`` returns True after writing
-the product into ``out``; False makes the C side run NumPy's original loop. Nothing
-raised here reaches NumPy: exceptions become a counted fallback to the original loop.
+shapes, and below the smallest floor of the active scopes; ``config`` publishes those
+two integers to the extension directly. Otherwise it calls :func:`_route` with 3-D
+views over the loop's buffers, once per loop invocation (one ufunc call can invoke the
+loop several times). ``_route`` returns True after writing the product into ``out``
+(through the routing helper ``route``, like every other entry point); False makes the
+C side run NumPy's original loop. Nothing raised here reaches NumPy: exceptions become
+a counted fallback to the original loop.
+
+Same layer as ``numpy_wrappers``: above ``route`` and ``config``, below ``patches``
+(which installs it) and ``observe`` (which reads its counters).
 """
 
 from __future__ import annotations
 
-import numpy as np
+import traceback
 
-from .. import _api, _native, _stats
+from .. import _native
 from . import config as _config
-from . import routing
-from .observe import count_entry, fallback, logger
+from . import route
+from .costmodel import NEVER
+from .log import fallback, logger
 
 ENTRY = "@/np.matmul"
 
@@ -41,6 +47,11 @@ def available() -> bool:
     return _C is not None
 
 
+def extension_path():
+    """The C extension's file, or None when it is not built."""
+    return getattr(_C, "__file__", None)
+
+
 def installed() -> bool:
     """Whether matmul's float64 loop has been replaced in this process."""
     return _C is not None and _C.installed()
@@ -50,21 +61,15 @@ def install() -> bool:
     """Replace matmul's float64 loop (once; later calls do nothing). False if unavailable."""
     if _C is None:
         logger().warning("the _loophook extension is not built (%s); `@` and "
-                    "np.matmul are not intercepted", IMPORT_ERROR)
+                         "np.matmul are not intercepted", IMPORT_ERROR)
         return False
     _C.install(_route)
     return True
 
 
-def set_state(active: int, floor: int) -> None:
-    """Tell the C fast path how many scopes are active and their smallest floor."""
-    if _C is not None:
-        _C.set_state(int(active), int(min(floor, _config.NEVER)))
-
-
 def state() -> tuple[int, int]:
     """``(active scopes, floor)`` as the C side sees them."""
-    return _C.state() if _C is not None else (0, _config.NEVER)
+    return _C.state() if _C is not None else (0, NEVER)
 
 
 def counters() -> dict:
@@ -75,6 +80,7 @@ def counters() -> dict:
 
 
 def reset_counters() -> None:
+    """Zero the C-side counts of :func:`counters`."""
     if _C is not None:
         _C.reset_counters()
 
@@ -94,30 +100,11 @@ def _route(a, b, out) -> bool:
         # Keep no reference to the scope node in this frame: a traceback kept by a
         # log record would keep the node, and with it the C hook's activity, alive.
         cfg, node = node.config, None
-        N, m, k = a.shape
-        n = b.shape[2]
-        d = routing.decide(cfg, m, n, k, N, ENTRY)
-        routing.recent.append(d)
-        if not d.routed:
-            _stats.record("native", d.reason)
-            return False
-        if not (np.isfinite(a).all() and np.isfinite(b).all()):
-            d.routed, d.reason = False, "non-finite operand"
-            _stats.record("native", d.reason)
-            return False
-        opts = dict(cfg.opts, engine=d.engine)
-        with _native.suspended():
-            # A fresh result, then one copy: `out` may alias `a` or `b`.
-            res = _api.product(a, b, opts)
-            out[...] = res
-        count_entry(ENTRY)
-        return True
+        return route.routed(cfg, a, b, ENTRY, out=out) is not route.NOT_ROUTED
     except Exception as exc:  # fall back to NumPy's loop, never raise into NumPy
-        # a, b, out (and views of them in the engine's frames) point into NumPy's loop
+        # a, b, out (and views of them in deeper frames) point into NumPy's loop
         # buffers, freed when the loop returns: the traceback that a log record keeps
         # must not leave them reachable.
-        import traceback
-
         a = b = out = None  # noqa: F841
         traceback.clear_frames(exc.__traceback__)
         fallback(ENTRY, exc)

@@ -1,55 +1,21 @@
-"""Observability: ``stats()``, ``reset_stats()``, ``explain()`` and fallback logging.
+"""Observation, the top layer of dispatch: ``stats()``, ``reset_stats()``,
+``format_stats()`` and ``explain()``.
 
-Counts come from three places: ``ozaki_backend._stats`` (every routed product, with
-time and bytes, and every native decision made in Python, with its reason), the C
-loop hook (products it skipped without calling Python while some scope was active),
-and the per-entry-point routed counts kept here. All are process-wide.
+Reads every layer below and is imported by none of them. Counts come from three
+places: ``ozaki_backend._stats`` (every routed product, with its time, and every
+native decision made in Python, with its reason), the C loop hook (products it skipped
+without calling Python while some scope was active), and the per-entry-point routed
+counts of ``log``. All are process-wide. ``explain()`` reports the calling context's
+state (``config``), the decision ``routing`` would make, and what ``patches`` has
+installed.
 """
 
 from __future__ import annotations
 
-import threading
-
 from .. import _native, _stats
-
-
-def logger():
-    """The ``ozaki_backend.dispatch`` logger (``logging`` is imported on first use:
-    it is not otherwise needed to import the package)."""
-    import logging
-
-    return logging.getLogger("ozaki_backend.dispatch")
-
-
-_lock = threading.Lock()
-_routed_by_entry: dict = {}
-_warned: set = set()
+from . import config, costmodel, log, loophook, patches, route, routing
 
 C_ERROR = "@/np.matmul: error in the C hook"
-
-
-def count_entry(entry: str) -> None:
-    """Count one routed call by entry point (``stats()["routed_by_entry"]``)."""
-    with _lock:
-        _routed_by_entry[entry] = _routed_by_entry.get(entry, 0) + 1
-
-
-def fallback(entry: str, exc: BaseException) -> None:
-    """Count a failure in the routed path; log it (a warning the first time per kind).
-
-    The caller then computes the product natively, so the user gets NumPy's result.
-    """
-    reason = f"{entry}: {type(exc).__name__}: {exc}"[:200]
-    _stats.record("fallback", reason)
-    key = (entry, type(exc).__name__)
-    with _lock:
-        first = key not in _warned
-        _warned.add(key)
-    if first:
-        logger().warning("%s failed in the routed path (%s: %s); NumPy computed it instead",
-                    entry, type(exc).__name__, exc, exc_info=True)
-    else:
-        logger().debug("fallback in %s: %r", entry, exc)
 
 
 def stats() -> dict:
@@ -61,14 +27,13 @@ def stats() -> dict:
         ``routed``, ``native``, ``fallback``: call counts; ``reasons``: for each of
         those outcomes a ``{reason: count}`` dict (routed reasons name the engine);
         ``routed_by_entry``: routed calls per entry point (``@/np.matmul``,
-        ``np.dot``, ``scipy dgemm`` ...); ``bytes``: host<->device bytes moved;
-        ``seconds``: time spent per outcome; ``moduli``: ``{moduli count: 2-D
-        products}`` of the Ozaki-II products computed (with ``precision="fp64"`` the
-        count is chosen per product from its operands, ``docs/precision.md``);
-        ``last_moduli``: the count of this thread's latest such product (None before
-        the first); ``c_fast_path``: ``@``/``np.matmul``
-        products the C hook left to NumPy without calling Python while some scope was
-        active anywhere (``below_floor``, ``vector_shaped``). The C side cannot tell
+        ``np.dot``, ``scipy dgemm`` ...); ``seconds``: time spent per outcome;
+        ``moduli``: ``{moduli count: 2-D products}`` of the Ozaki-II products
+        computed (with ``precision="fp64"`` the count is chosen per product from its
+        operands, ``docs/precision.md``); ``last_moduli``: the count of this thread's
+        latest such product (None before the first); ``c_fast_path``: ``@``/
+        ``np.matmul`` products the C hook left to NumPy without calling Python while
+        some scope was active anywhere (``below_floor``, ``vector_shaped``). The C side cannot tell
         whose product it sees, so these also count other threads' products and the
         backend's own native ones; they are not part of ``native``.
 
@@ -79,8 +44,6 @@ def stats() -> dict:
     loop-hook product counts once per inner-loop invocation, which NumPy may split
     into several for one non-coalescable stacked call.
     """
-    from . import loophook
-
     snap = _stats.snapshot()
     reasons: dict = {"routed": {}, "native": {}, "fallback": {}}
     for (outcome, reason), n in snap["counts"].items():
@@ -88,10 +51,8 @@ def stats() -> dict:
     c = loophook.counters()
     if c["errors"]:
         reasons["fallback"][C_ERROR] = reasons["fallback"].get(C_ERROR, 0) + c["errors"]
-    with _lock:
-        by_entry = dict(_routed_by_entry)
     out = {k: sum(v.values()) for k, v in reasons.items()}
-    out.update(reasons=reasons, routed_by_entry=by_entry, bytes=snap["bytes"],
+    out.update(reasons=reasons, routed_by_entry=log.routed_by_entry(),
                seconds=snap["seconds"], moduli=snap["moduli"],
                certificate=snap["certificate"],
                last_moduli=_stats.last_moduli(),
@@ -102,12 +63,9 @@ def stats() -> dict:
 
 def reset_stats() -> None:
     """Zero every counter of :func:`stats` (process-wide)."""
-    from . import loophook, routing
-
     _stats.reset()
     loophook.reset_counters()
-    with _lock:
-        _routed_by_entry.clear()
+    log.reset_routed_by_entry()
     routing.recent.clear()
 
 
@@ -132,8 +90,6 @@ def format_stats(s: dict | None = None) -> str:
     if any(cf.values()):
         lines.append(f"  C fast path (any thread, not routed): {cf['below_floor']} below the "
                      f"floor, {cf['vector_shaped']} matrix-vector shaped")
-    if s["bytes"]:
-        lines.append("  bytes: " + ", ".join(f"{k} {v}" for k, v in sorted(s["bytes"].items())))
     return "\n".join(lines)
 
 
@@ -168,8 +124,6 @@ def explain(*operands, entry: str = "@/np.matmul"):
 def _explain_pair(a, b, entry):
     import numpy as np
 
-    from . import config, routing
-
     node = config.current()
     no = routing.Decision
     if _native.SUSPENDED.get():
@@ -198,19 +152,17 @@ def _explain_pair(a, b, entry):
     except ValueError:
         return no(False, "stack shapes do not broadcast: NumPy raises", entry=entry)
     d = routing.decide(node.config, a.shape[-2], b.shape[-1], a.shape[-1], batch, entry)
-    if d.routed and not (np.isfinite(a).all() and np.isfinite(b).all()):
-        d.routed, d.reason, d.engine = False, "non-finite operand", None
+    if d.routed and not route.finite(a, b):
+        d = d.replace(routed=False, reason=route.NON_FINITE, engine=None)
     return d
 
 
 def _report() -> str:
-    from . import config, loophook, patches, routing
-
     node = config.current()
     lines = []
     if _native.SUSPENDED.get():
         lines.append("interception suspended (running inside the backend)")
-    where = "this context's scope" if config._STATE.get() is not None else "process default"
+    where = "this context's scope" if config.has_scope() else "process default"
     lines.append(f"enabled here: {node.enabled} ({where})")
     lines.append(f"config: {node.config!r}")
     if node.enabled:
@@ -225,7 +177,7 @@ def _report() -> str:
     lines.append(f"installed: loop hook {loophook.installed()} (extension "
                  f"{'available' if loophook.available() else 'missing'}), wrappers "
                  f"{sorted(patches.installed_wrappers()) or 'none'}")
-    lines.append(f"cost model: {routing.cost_model()!r}")
+    lines.append(f"cost model: {costmodel.cost_model()!r}")
     if routing.recent:
         lines.append("recent decisions (newest last):")
         lines.extend(f"  {d}" for d in list(routing.recent)[-10:])

@@ -1,5 +1,10 @@
 """Routing: whether one product goes to the backend, which engine, and why.
 
+The decision layer, above ``config`` and ``costmodel``: :func:`decide` looks at a
+configuration and a shape (never at data) and returns a finished, immutable
+:class:`Decision`. It imports no config state (a config is passed in), and nothing
+that installs or observes.
+
 Order of the checks (each native outcome names its reason, see :class:`Decision`):
 
 1. Shape: only matrix-matrix products are eligible (``m >= 2``, ``n >= 2``, ``k >= 1``);
@@ -12,24 +17,21 @@ Order of the checks (each native outcome names its reason, see :class:`Decision`
    nothing (emulation on the host is always slower than native BLAS); with the CUDA
    engine the :class:`CostModel` compares the host BLAS time with transfer + GPU time.
 4. Operands with NaN or infinity are checked by the caller (they take the native
-   path, so the result is exactly NumPy's).
+   path, so the result is exactly NumPy's; ``route.py`` replaces the decision).
 """
 
 from __future__ import annotations
 
-import math
-import os
-import threading
-import time
 from collections import deque
 from functools import lru_cache
+from operator import itemgetter
 
 from .. import registry
-from .config import NEVER
+from .costmodel import cost_model
 
 
-class Decision:
-    """The routing decision for one product; truthy when routed.
+class Decision(tuple):
+    """The routing decision for one product (immutable); truthy when routed.
 
     Attributes
     ----------
@@ -44,20 +46,58 @@ class Decision:
         Core shape ``(m, k) @ (k, n)`` and the number of such products.
     est_host_s, est_emulated_s : float or None
         The cost model's estimates, when it was consulted.
+
+    Notes
+    -----
+    A check made after :func:`decide` (non-finite operands) that changes the outcome
+    makes a new decision with :meth:`replace`; a decision once handed out (to
+    ``explain()``, or kept in :data:`recent`) never changes.
     """
 
-    __slots__ = ("routed", "reason", "engine", "entry", "m", "n", "k", "batch",
-                 "est_host_s", "est_emulated_s")
+    # A tuple underneath, like a named tuple: immutable, built in one step and read
+    # in C. Python makes a decision for every product a scope hands it, so its cost is
+    # part of the dispatch overhead.
+    __slots__ = ()
 
-    def __init__(self, routed, reason, *, engine=None, entry="", m=0, n=0, k=0, batch=1,
-                 est_host_s=None, est_emulated_s=None):
-        self.routed = routed
-        self.reason = reason
-        self.engine = engine
-        self.entry = entry
-        self.m, self.n, self.k, self.batch = m, n, k, batch
-        self.est_host_s = est_host_s
-        self.est_emulated_s = est_emulated_s
+    #: The attributes, in the order of the tuple.
+    FIELDS = ("routed", "reason", "engine", "entry", "m", "n", "k", "batch",
+              "est_host_s", "est_emulated_s")
+    routed = property(itemgetter(0), doc="Whether the product goes to the backend.")
+    reason = property(itemgetter(1), doc="Why (the key it is counted under in stats()).")
+    engine = property(itemgetter(2), doc="'cpu' or 'cuda' when routed.")
+    entry = property(itemgetter(3), doc="The entry point ('@/np.matmul', 'np.dot' ...).")
+    m = property(itemgetter(4), doc="Rows of the core product.")
+    n = property(itemgetter(5), doc="Columns of the core product.")
+    k = property(itemgetter(6), doc="Inner dimension of the core product.")
+    batch = property(itemgetter(7), doc="Number of core products.")
+    est_host_s = property(itemgetter(8), doc="The cost model's host BLAS estimate (s).")
+    est_emulated_s = property(itemgetter(9), doc="The cost model's emulated estimate (s).")
+
+    def __new__(cls, routed, reason, *, engine=None, entry="", m=0, n=0, k=0, batch=1,
+                est_host_s=None, est_emulated_s=None):
+        return tuple.__new__(cls, (routed, reason, engine, entry, m, n, k, batch,
+                                   est_host_s, est_emulated_s))
+
+    def replace(self, **changes) -> "Decision":
+        """A new decision with ``changes`` applied to this one's attributes.
+
+        Parameters
+        ----------
+        **changes
+            Attribute names and their new values (``routed=False, reason=...``).
+
+        Returns
+        -------
+        Decision
+        """
+        unknown = [k for k in changes if k not in self.FIELDS]
+        if unknown:
+            raise TypeError(f"Decision has no attribute {unknown[0]!r}")
+        fields = dict(zip(self.FIELDS, self), **changes)
+        return Decision(fields.pop("routed"), fields.pop("reason"), **fields)
+
+    def __reduce__(self):  # pickle and copy: the constructor takes keywords
+        return (_made, tuple(self))
 
     def __bool__(self):
         return self.routed
@@ -77,149 +117,17 @@ class Decision:
     __str__ = __repr__
 
 
-# --------------------------------------------------------------------------- cost model
-class CostModel:
-    """Host BLAS time against transfer + GPU time for one float64 product.
-
-    ``host_gflops`` is measured once per process on first use
-    (:func:`measure_host_gflops`) unless ``OZAKI_BACKEND_HOST_GFLOPS`` gives it. The GPU
-    side uses documented defaults fitted to end-to-end routed ``A @ B`` times of NumPy
-    operands on the H200 machine (n = 512 ... 8192: 7.5, 18.5, 52, 161, 640 ms, i.e. a
-    fixed ~5 ms plus ~2.6 GB/s for operands in and result out); adjust the attributes
-    of :func:`cost_model` to fit another machine or a faster engine.
-
-    Attributes
-    ----------
-    h2d_gbps, d2h_gbps : float
-        Effective host->device / device->host rate (GB/s) of a routed call, staging
-        and conversions included. Default 2.6 (fitted, see above).
-    int8_tops : float
-        Sustained INT8 GEMM rate (TOPS) for the modular products. Default 800.
-    device_gbps : float
-        Device memory bandwidth (GB/s) for scaling, residues and CRT. Default 3000.
-    overhead_s : float
-        Fixed cost per routed call: planning, workspace, launches, synchronisation.
-        Default 5e-3 (fitted, see above).
-    """
-
-    _PARAMS = ("h2d_gbps", "d2h_gbps", "int8_tops", "device_gbps", "overhead_s")
-
-    def __init__(self, host_gflops=None, h2d_gbps=2.6, d2h_gbps=2.6, int8_tops=800.0,
-                 device_gbps=3000.0, overhead_s=5e-3):
-        object.__setattr__(self, "_host_gflops", host_gflops)
-        object.__setattr__(self, "host_source", "given" if host_gflops is not None else None)
-        object.__setattr__(self, "_lock", threading.Lock())
-        for name, v in zip(self._PARAMS, (h2d_gbps, d2h_gbps, int8_tops, device_gbps,
-                                          overhead_s)):
-            object.__setattr__(self, name, float(v))
-
-    def __setattr__(self, name, value):
-        if name == "host_gflops":
-            object.__setattr__(self, "_host_gflops", float(value))
-            object.__setattr__(self, "host_source", "set")
-        elif name in self._PARAMS:
-            object.__setattr__(self, name, float(value))
-        else:
-            raise AttributeError(f"CostModel has no parameter {name!r}")
-        # The C hook's floor of enable()'s default depends on these parameters.
-        from . import config
-
-        config.refresh_floors()
-
-    @property
-    def host_gflops(self) -> float:
-        """Native float64 GEMM rate of this host (GFLOP/s), measured once."""
-        if self._host_gflops is None:
-            with self._lock:
-                if self._host_gflops is None:
-                    env = os.environ.get("OZAKI_BACKEND_HOST_GFLOPS", "").strip()
-                    if env:
-                        rate, src = float(env), "OZAKI_BACKEND_HOST_GFLOPS"
-                    else:
-                        rate = measure_host_gflops()
-                        src = "measured (native DGEMM, n = 256..2048)"
-                    object.__setattr__(self, "host_source", src)
-                    object.__setattr__(self, "_host_gflops", rate)
-        return self._host_gflops
-
-    def host_seconds(self, m, n, k, batch=1) -> float:
-        return 2.0 * m * n * k * batch / (self.host_gflops * 1e9)
-
-    def emulated_seconds(self, m, n, k, batch=1, n_gemms=16, n_moduli=15) -> float:
-        """Transfers + modular GEMMs + memory-bound stages + fixed overhead."""
-        xfer = 8.0 * (m * k + k * n) / (self.h2d_gbps * 1e9) + 8.0 * m * n / (self.d2h_gbps * 1e9)
-        gemm = n_gemms * 2.0 * m * n * k / (self.int8_tops * 1e12)
-        mem = (8.0 + n_moduli) * (m * k + k * n) + (4.0 * n_moduli + 8.0) * m * n
-        return self.overhead_s + batch * (xfer + gemm + mem / (self.device_gbps * 1e9))
-
-    def floor(self) -> int:
-        """A lower bound of ``m*n*k`` below which routing can never pay off.
-
-        The emulated time is at least ``overhead_s``; the host time is
-        ``2*m*n*k / rate``. The C hook uses this to skip smaller products in C.
-        """
-        return int(self.overhead_s * self.host_gflops * 1e9 / 2.0)
-
-    def __repr__(self):
-        host = (f"{self._host_gflops:.1f} GFLOP/s ({self.host_source})"
-                if self._host_gflops is not None else "not measured yet")
-        return (f"CostModel(host BLAS {host}; H2D {self.h2d_gbps} GB/s, D2H "
-                f"{self.d2h_gbps} GB/s, INT8 {self.int8_tops} TOPS, device "
-                f"{self.device_gbps} GB/s, overhead {self.overhead_s * 1e6:.0f} us)")
-
-
-def measure_host_gflops(max_n: int = 2048, target_s: float = 0.02, repeats: int = 3) -> float:
-    """Native float64 GEMM rate of this host (GFLOP/s); never routed.
-
-    Times square products from n = 256 upwards, doubling n while one product takes
-    less than ``target_s`` (small products underrate a many-core BLAS: on the H200 host
-    512^3 ran at 93 GFLOP/s, 4096^3 at 600), up to ``max_n``; returns the best rate
-    seen, each size the best of ``repeats``. About 0.1 s on a 16-core host, less on a
-    small one (it stops at the size that takes ``target_s``).
-    """
-    import numpy as np
-
-    from .._native import suspended
-
-    rng = np.random.default_rng(0)
-    best_rate, n = 0.0, 256
-    with suspended():
-        while True:
-            a = rng.standard_normal((n, n))
-            np.matmul(a, a)  # warm up: thread pool start, page faults
-            best = math.inf
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                np.matmul(a, a)
-                best = min(best, time.perf_counter() - t0)
-            best_rate = max(best_rate, 2.0 * n ** 3 / best / 1e9)
-            if best >= target_s or n >= max_n:
-                return best_rate
-            n *= 2
-
-
-_model = CostModel()
-
-
-def cost_model() -> CostModel:
-    """The process-wide :class:`CostModel` (its attributes may be adjusted)."""
-    return _model
+def _made(routed, reason, engine, entry, m, n, k, batch, est_host_s=None,
+          est_emulated_s=None) -> Decision:
+    """``Decision(...)`` with positional arguments, at half the cost (see :func:`decide`)."""
+    return tuple.__new__(Decision, (routed, reason, engine, entry, m, n, k, batch,
+                                    est_host_s, est_emulated_s))
 
 
 # --------------------------------------------------------------------------- engine
 def resolve_engine(config) -> tuple[str, str]:
     """``(engine, why)``: the engine a routed product of this config would use."""
     return registry.resolve_name(config.engine)
-
-
-def floor(config) -> int:
-    """Smallest ``m*n*k`` this config may route (``NEVER`` if it routes nothing)."""
-    eng, _ = resolve_engine(config)
-    if config.min_size is not None:
-        return config.min_size
-    if eng == "cpu":
-        return 0 if config.engine == "cpu" else NEVER
-    return _model.floor()
 
 
 @lru_cache(maxsize=256)
@@ -238,30 +146,33 @@ def decide(config, m: int, n: int, k: int, batch: int = 1, entry: str = "") -> D
 
     Does not look at the data (see the module docstring for the non-finite check).
     """
-    kw = dict(entry=entry, m=m, n=n, k=k, batch=batch)
+    # Built positionally: a decision per product a scope hands to Python (the C hook
+    # and the wrappers' callers pay for it).
+    where = (entry, m, n, k, batch)
     if m < 2 or n < 2:
-        return Decision(False, "matrix-vector shaped (m or n < 2): left to BLAS", **kw)
+        return _made(False, "matrix-vector shaped (m or n < 2): left to BLAS", None, *where)
     if k < 1 or batch < 1:
-        return Decision(False, "empty product", **kw)
+        return _made(False, "empty product", None, *where)
     eng, why = resolve_engine(config)
     size = m * n * k
     if config.min_size is not None:
         if size < config.min_size:
-            return Decision(False, f"below min_size (m*n*k < {config.min_size})", **kw)
-        return Decision(True, f"min_size={config.min_size}", engine=eng, **kw)
+            return _made(False, f"below min_size (m*n*k < {config.min_size})", None, *where)
+        return _made(True, f"min_size={config.min_size}", eng, *where)
     if eng == "cpu":
         if config.engine == "cpu":
-            return Decision(True, "engine='cpu', min_size='auto' routes all eligible",
-                            engine="cpu", **kw)
-        return Decision(False, f"engine='auto' with {why} and min_size='auto': emulation "
-                        "on the host is slower than BLAS; set min_size to route anyway", **kw)
+            return _made(True, "engine='cpu', min_size='auto' routes all eligible", "cpu",
+                         *where)
+        return _made(False, f"engine='auto' with {why} and min_size='auto': emulation "
+                     "on the host is slower than BLAS; set min_size to route anyway", None,
+                     *where)
     n_gemms, n_mod = _plan_counts(k, tuple(sorted(config.opts.items())))
-    t_host = _model.host_seconds(m, n, k, batch)
-    t_emu = _model.emulated_seconds(m, n, k, batch, n_gemms, n_mod)
-    kw.update(est_host_s=t_host, est_emulated_s=t_emu)
+    model = cost_model()
+    t_host = model.host_seconds(m, n, k, batch)
+    t_emu = model.emulated_seconds(m, n, k, batch, n_gemms, n_mod)
     if t_emu < t_host:
-        return Decision(True, "cost model: emulated faster", engine=eng, **kw)
-    return Decision(False, "cost model: host BLAS faster", **kw)
+        return _made(True, "cost model: emulated faster", eng, *where, t_host, t_emu)
+    return _made(False, "cost model: host BLAS faster", None, *where, t_host, t_emu)
 
 
 # --------------------------------------------------------------------------- history

@@ -12,6 +12,10 @@ by other code are plain. Products follow the scope's numerical options (engine,
 moduli, ...) with ``min_size=0``: every eligible matrix-matrix product of a wrapped
 array is emulated; matrix-vector shapes, non-finite data and non-float64 products
 are computed by NumPy.
+
+Above the routing helper (``route``) and the NumPy wrappers' implementations
+(``numpy_wrappers``), which it calls for the unwrapped operands with ``min_size=0``.
+It installs nothing; only the package's ``__init__`` imports it.
 """
 
 from __future__ import annotations
@@ -22,10 +26,9 @@ import numpy as np
 
 from .. import _native
 from . import config as _config
-from . import patches
-from .observe import fallback
-
-_F64 = np.dtype(np.float64)
+from . import numpy_wrappers, route
+from .log import fallback
+from .route import NOT_ROUTED
 
 
 class OzakiArray(np.ndarray):
@@ -66,8 +69,8 @@ class OzakiArray(np.ndarray):
             res = impl(cfg, pargs, pkw)
         except Exception as exc:
             fallback(f"wrap: {getattr(func, '__name__', func)}", exc)
-            res = patches._NOT
-        if res is patches._NOT:
+            res = NOT_ROUTED
+        if res is NOT_ROUTED:
             with _native.suspended():
                 res = func(*pargs, **pkw)
         if out is not None:
@@ -88,7 +91,7 @@ def _plain_deep(x):
 
 
 def _rewrap(res):
-    if type(res) is np.ndarray and res.dtype == _F64:
+    if type(res) is np.ndarray and res.dtype == route.F64:
         return res.view(OzakiArray)
     if isinstance(res, tuple):
         return tuple(_rewrap(r) for r in res)
@@ -103,19 +106,19 @@ def _forced_config(cfg):
 def _matmul(a, b, out):
     """``a @ b`` for unwrapped operands: routed when eligible, else NumPy's matmul."""
     cfg = _forced_config(_config.current().config)
-    res = patches._NOT
+    res = NOT_ROUTED
     try:
-        if (patches._pair_reason(a, b) is None and a.ndim >= 2 and b.ndim >= 2
+        if (route.pair_reason(a, b) is None and a.ndim >= 2 and b.ndim >= 2
                 and a.shape[-1] == b.shape[-2]):
             shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
-            if out is None or patches._ok_out(out, shape, c_order=False):
-                res = patches._routed(cfg, a, b, "wrap: @")
+            if out is None or route.ok_out(out, shape, c_order=False):
+                res = route.routed(cfg, a, b, "wrap: @")
     except ValueError:
-        res = patches._NOT  # stacks do not broadcast: NumPy raises below
+        res = NOT_ROUTED  # stacks do not broadcast: NumPy raises below
     except Exception as exc:
         fallback("wrap: @", exc)
-        res = patches._NOT
-    if res is patches._NOT:
+        res = NOT_ROUTED
+    if res is NOT_ROUTED:
         return _native.matmul(a, b, out=out)
     if out is not None:
         out[...] = res
@@ -129,11 +132,11 @@ def _original(name):
 
 
 _IMPLS = {
-    _original("dot"): patches._dot,
-    _original("inner"): patches._inner,
-    _original("tensordot"): patches._tensordot,
-    _original("einsum"): patches._einsum,
-    _original("multi_dot"): patches._multi_dot,
+    _original("dot"): numpy_wrappers.route_dot,
+    _original("inner"): numpy_wrappers.route_inner,
+    _original("tensordot"): numpy_wrappers.route_tensordot,
+    _original("einsum"): numpy_wrappers.route_einsum,
+    _original("multi_dot"): numpy_wrappers.route_multi_dot,
 }
 
 

@@ -1,0 +1,211 @@
+"""The one routing helper: what every entry point does with a product it may route.
+
+Shared by the loop hook (``loophook``), the module-level wrappers (``numpy_wrappers``,
+``scipy_blas``) and the per-array opt-in (``wrap``). Above ``routing`` (the decision)
+and ``config`` (the calling context's scope), below every module that intercepts. For
+one product it
+
+1. asks :func:`routing.decide` (shape, engine, size),
+2. turns a routed decision into a native one when an operand is not finite (NaN and
+   infinity take NumPy's path, so the result is exactly NumPy's),
+3. keeps the final decision in ``routing.recent`` (for ``explain()``) and counts a
+   native one under its reason,
+4. computes a routed one with ``ozaki_backend._api.product`` with interception
+   suspended (the engine's own native products are never routed back), counts it per
+   entry point, and turns any exception into a counted, logged fallback: the caller
+   then computes the product natively.
+
+Entry points signal "not routed: call the original" by returning :data:`NOT_ROUTED`.
+The module-level wrappers are made by :func:`make_wrapper`: outside a scope (nothing
+enabled anywhere) a wrapper checks one module flag and calls the original with the
+original arguments; inside one, any exception in its implementation is counted as a
+fallback and the original runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import traceback
+
+import numpy as np
+
+from .. import _api, _native, _stats
+from . import config as _config
+from . import routing
+from .log import count_entry, fallback
+
+#: Returned by the routing helpers and the wrappers' implementations when the call is
+#: not routed and the original function must run with the original arguments.
+NOT_ROUTED = object()
+
+#: The reason a routed decision becomes native when an operand holds NaN or infinity.
+NON_FINITE = "non-finite operand"
+
+F64 = np.dtype(np.float64)
+
+
+def scope_config():
+    """The config to route with in the calling context, or None.
+
+    Returns
+    -------
+    Config or None
+        None when nothing is enabled anywhere, interception is suspended (the
+        backend's own products) or the calling context is not enabled.
+    """
+    if not _config.ANY_ACTIVE or _native.SUSPENDED.get():
+        return None
+    node = _config.current()
+    return node.config if node.enabled else None
+
+
+def native(reason: str, entry: str):
+    """Record a native decision made before the shape check (kept for ``explain()``).
+
+    Returns
+    -------
+    NOT_ROUTED
+    """
+    _stats.record("native", reason)
+    routing.recent.append(routing.Decision(False, reason, entry=entry))
+    return NOT_ROUTED
+
+
+def pair_reason(a, b):
+    """None if ``a``, ``b`` are plain ndarrays with a float64 product, else the reason."""
+    if type(a) is not np.ndarray or type(b) is not np.ndarray:
+        return "operand is not a plain numpy.ndarray"
+    da, db = a.dtype, b.dtype
+    if da == F64 and db == F64:
+        return None
+    if da.kind not in "fiub" or db.kind not in "fiub" or np.promote_types(da, db) != F64:
+        return "product is not float64"
+    return None
+
+
+def dims_reason(a, b) -> str:
+    """The native reason for operands that are not both at least 2-d."""
+    if a.ndim == 0 or b.ndim == 0:
+        return "scalar operand"
+    if a.ndim == 1 or b.ndim == 1:
+        return "matrix-vector shaped (1-d operand): left to BLAS"
+    return "not a matrix product (N-d second operand)"
+
+
+def finite(*xs) -> bool:
+    """Whether every element of every array in ``xs`` is finite."""
+    return all(np.isfinite(x).all() for x in xs)
+
+
+def ok_out(out, shape, c_order=True) -> bool:
+    """Whether ``out`` can take a routed result of ``shape`` (else NumPy decides)."""
+    return (type(out) is np.ndarray and out.dtype == F64 and out.shape == tuple(shape)
+            and out.flags.writeable and (out.flags.c_contiguous or not c_order))
+
+
+def bind(args, kwargs, names, required):
+    """Bind ``args``/``kwargs`` to ``names`` like a Python signature; None on mismatch."""
+    if len(args) > len(names):
+        return None
+    vals = dict(zip(names, args))
+    for k, v in kwargs.items():
+        if k not in names or k in vals:
+            return None
+        vals[k] = v
+    if any(n not in vals for n in names[:required]):
+        return None
+    return [vals.get(n) for n in names]
+
+
+def routed(cfg, a, b, entry, *, alpha=1.0, beta=0.0, c=None, out=None):
+    """``alpha * (a @ b) + beta * c`` through the backend, or :data:`NOT_ROUTED`.
+
+    Parameters
+    ----------
+    cfg : Config
+        The configuration to decide and compute with.
+    a, b : numpy.ndarray
+        ``(..., m, k)`` and ``(..., k, n)`` float64 operands; stacks broadcast.
+    entry : str
+        The entry point, for the decision, the counts and the log.
+    alpha, beta, c
+        BLAS scaling (``c`` is checked for non-finite values only when ``beta != 0``).
+    out : numpy.ndarray, optional
+        Receives the result with one copy after it is complete, so it may alias ``a``
+        or ``b`` (the loop hook's output buffer).
+
+    Returns
+    -------
+    numpy.ndarray or NOT_ROUTED
+        The result (``out`` when given), or :data:`NOT_ROUTED` when the decision is
+        native or the routed path failed (counted as a fallback and logged).
+    """
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    batch = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    d = routing.decide(cfg, m, n, k, batch, entry)
+    if d.routed and (not finite(a, b) or (c is not None and beta != 0 and not finite(c))):
+        d = d.replace(routed=False, reason=NON_FINITE)
+    routing.recent.append(d)
+    if not d.routed:
+        _stats.record("native", d.reason)
+        return NOT_ROUTED
+    try:
+        with _native.suspended():
+            res = _api.product(a, b, dict(cfg.opts, engine=d.engine), alpha=alpha,
+                               beta=beta, c=c)
+            if out is not None:
+                out[...] = res  # a fresh result, then one copy: `out` may alias a or b
+                res = out
+    except Exception as exc:
+        # The operands may be views of NumPy's loop buffers (the loop hook), freed when
+        # the loop returns: the traceback that a log record keeps must not leave them
+        # reachable, neither in this frame nor in the engine's.
+        a = b = c = out = None  # noqa: F841
+        traceback.clear_frames(exc.__traceback__)
+        fallback(entry, exc)
+        return NOT_ROUTED
+    count_entry(entry)
+    return res
+
+
+def make_wrapper(original, impl, entry):
+    """A function that looks like ``original`` and calls ``impl`` inside a scope.
+
+    Parameters
+    ----------
+    original : callable
+        The function replaced; called with the original arguments whenever ``impl``
+        returns :data:`NOT_ROUTED`, raises, or no scope is enabled here.
+    impl : callable
+        ``impl(cfg, args, kwargs)`` -> result or :data:`NOT_ROUTED`.
+    entry : str
+        The entry point's name in counts and logs.
+
+    Returns
+    -------
+    callable
+        Carries ``_ozaki_backend_original`` and ``_ozaki_backend_entry``.
+    """
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        if _config.ANY_ACTIVE:
+            cfg = scope_config()
+            if cfg is not None:
+                try:
+                    res = impl(cfg, args, kwargs)
+                except Exception as exc:  # a bug here must not cost the user a result
+                    fallback(entry, exc)
+                    res = NOT_ROUTED
+                if res is not NOT_ROUTED:
+                    return res
+        return original(*args, **kwargs)
+
+    impl_attr = getattr(original, "_implementation", None)
+    if impl_attr is not None:  # NumPy's dispatcher attribute, used by some libraries
+        wrapper._implementation = impl_attr
+    wrapper._ozaki_backend_original = original
+    wrapper._ozaki_backend_entry = entry
+    return wrapper

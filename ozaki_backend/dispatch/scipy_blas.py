@@ -1,0 +1,182 @@
+"""SciPy's ``dgemm``: ``scipy.linalg.blas.dgemm`` and ``get_blas_funcs("gemm")``, routed.
+
+``scipy.linalg.blas.dgemm`` calls BLAS directly, so it is intercepted by rebinding the
+module attribute (and ``scipy.linalg._fblas.dgemm``, where ``get_blas_funcs`` looks
+routines up) to a wrapper; ``patches`` does the rebinding, now when SciPy is already
+imported, else from the one-shot :class:`PostImportHook` defined here right after
+``scipy.linalg.blas`` has loaded. This module never imports SciPy itself.
+
+It holds what the wrapper does inside a scope (:func:`route_dgemm`), how the wrapper
+is made to pass for SciPy's routine (:func:`dgemm_wrapper`), where SciPy keeps
+``dgemm`` (:func:`dgemm_modules`) and the memo to clear (:func:`clear_memo`). Same
+layer as ``numpy_wrappers``: above the routing helper (``route``), below ``patches``.
+The rules of ``numpy_wrappers`` apply (anything not fully understood goes to SciPy with
+the original arguments); a routed result is Fortran-ordered, as SciPy returns it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from .log import logger
+from .route import F64, NOT_ROUTED, bind, make_wrapper, native, routed
+
+#: The module whose import the post-import hook waits for.
+MODULE = "scipy.linalg.blas"
+#: The entry point's name in counts and logs.
+ENTRY = "scipy dgemm"
+
+_DGEMM_ARGS = ("alpha", "a", "b", "beta", "c", "trans_a", "trans_b", "overwrite_c")
+
+
+def _real_scalar(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+
+
+def route_dgemm(cfg, args, kwargs):
+    """``scipy.linalg.blas.dgemm(alpha, a, b, beta=0, c=None, trans_a=0, trans_b=0,
+    overwrite_c=0)`` routed.
+
+    Parameters
+    ----------
+    cfg : Config
+        The scope's configuration.
+    args, kwargs
+        The call's arguments, as the wrapper received them.
+
+    Returns
+    -------
+    numpy.ndarray or NOT_ROUTED
+        A Fortran-ordered result as SciPy returns it (``c`` itself when SciPy would
+        compute in place), or ``NOT_ROUTED``: call SciPy's ``dgemm``.
+    """
+    bound = bind(args, kwargs, _DGEMM_ARGS, 3)
+    if bound is None:
+        return NOT_ROUTED
+    alpha, a, b, beta, c, trans_a, trans_b, overwrite_c = bound
+    beta = 0.0 if beta is None else beta
+    trans_a = 0 if trans_a is None else trans_a
+    trans_b = 0 if trans_b is None else trans_b
+    overwrite_c = 0 if overwrite_c is None else overwrite_c
+    if not (_real_scalar(alpha) and _real_scalar(beta)):
+        return NOT_ROUTED
+    for t in (trans_a, trans_b, overwrite_c):
+        if not isinstance(t, (int, np.integer)):
+            return NOT_ROUTED
+    if trans_a not in (0, 1, 2) or trans_b not in (0, 1, 2):
+        return NOT_ROUTED
+    if type(a) is not np.ndarray or type(b) is not np.ndarray or (
+            c is not None and type(c) is not np.ndarray):
+        return native("operand is not a plain numpy.ndarray", ENTRY)
+    if a.dtype != F64 or b.dtype != F64 or (c is not None and c.dtype != F64):
+        return native("product is not float64", ENTRY)
+    if a.ndim != 2 or b.ndim != 2:
+        return NOT_ROUTED
+    op_a = a.T if trans_a else a  # 2 (conjugate transpose) is a transpose for reals
+    op_b = b.T if trans_b else b
+    m, k = op_a.shape
+    n = op_b.shape[1]
+    if op_b.shape[0] != k or min(m, n, k) < 1:
+        return NOT_ROUTED  # SciPy raises / handles empty products itself
+    if c is not None and (c.shape != (m, n) or not c.flags.writeable):
+        return NOT_ROUTED
+    alpha, beta = float(alpha), float(beta)
+    if alpha == 0.0:
+        return NOT_ROUTED  # BLAS does not read A, B then (NaN in them is ignored)
+    use_c = c if (c is not None and beta != 0.0) else None
+    res = routed(cfg, op_a, op_b, ENTRY, alpha=alpha,
+                  beta=beta if use_c is not None else 0.0, c=use_c)
+    if res is NOT_ROUTED:
+        return NOT_ROUTED
+    if c is not None and overwrite_c and c.flags.f_contiguous:
+        c[...] = res  # SciPy computes in place and returns c itself
+        return c
+    return np.asfortranarray(res)
+
+
+def dgemm_wrapper(original):
+    """The wrapper that replaces SciPy's ``dgemm`` routine ``original``.
+
+    ``get_blas_funcs`` sets ``module_name``, ``typecode``, ``dtype``, ``int_dtype`` and
+    ``prefix`` on the routine it returns, which a Python function accepts.
+    """
+    w = make_wrapper(original, route_dgemm, ENTRY)
+    w.__name__ = w.__qualname__ = "dgemm"
+    w.__doc__ = getattr(original, "__doc__", None)
+    return w
+
+
+def dgemm_modules(blas, original) -> list:
+    """The loaded modules that hold ``original`` as ``dgemm``.
+
+    ``scipy.linalg.blas`` itself, and ``scipy.linalg._fblas`` where
+    ``get_blas_funcs`` looks routines up with ``getattr(_fblas, name)``.
+    """
+    fblas = sys.modules.get("scipy.linalg._fblas") or getattr(blas, "_fblas", None)
+    mods = [blas]
+    if fblas is not None and getattr(fblas, "dgemm", None) is original:
+        mods.append(fblas)
+    return mods
+
+
+def clear_memo() -> None:
+    """Empty ``get_blas_funcs.memo``, so its next lookup finds the current ``dgemm``."""
+    blas = sys.modules.get(MODULE)
+    memo = getattr(getattr(blas, "get_blas_funcs", None), "memo", None)
+    if isinstance(memo, dict):
+        memo.clear()
+
+
+class PostImportHook:
+    """One-shot meta-path finder: calls ``on_import()`` right after ``scipy.linalg.blas``
+    has loaded (``patches`` passes the function that patches ``dgemm``).
+
+    It finds the real spec through the other finders and wraps that spec's loader, so
+    that ``on_import`` runs after SciPy's own module code; it then removes itself.
+    """
+
+    def __init__(self, on_import):
+        self.on_import = on_import
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != MODULE:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or getattr(finder, "find_spec", None) is None:
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _PatchingLoader(spec.loader, self)
+        return spec
+
+    def remove(self) -> None:
+        """Take the hook out of ``sys.meta_path`` (nothing if it is not there)."""
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+
+
+class _PatchingLoader:
+    def __init__(self, loader, hook):
+        self._loader, self._hook = loader, hook
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        self._hook.remove()
+        try:
+            self._hook.on_import()
+        except Exception as exc:  # never break the user's `import scipy.linalg`
+            logger().warning("could not patch scipy.linalg.blas.dgemm: %r", exc)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
