@@ -19,7 +19,7 @@ wrap(x), unwrap(x)
 
 Layers, bottom up (``docs/architecture.md``): ``spec`` (constants and rules) →
 ``plan``, ``semantics`` → the engines (``reference``, ``cuda``) → ``registry`` →
-``_api`` → ``dispatch`` → tools (``bench``, ``tune``, ``calibrate``, ``demo``).
+``_api`` → ``dispatch`` → tools (``bench``, ``tune``, ``demo``).
 """
 
 from . import plan

@@ -1,4 +1,4 @@
-"""Command line: ``python -m ozaki_backend {demo,bench,info,run,calibrate,tune}``.
+"""Command line: ``python -m ozaki_backend {demo,bench,info,run,tune}``.
 
 Each sub-command lives in the module that owns its subject; this file only routes.
 """
@@ -14,7 +14,6 @@ commands:
   bench       GPU benchmark table (native DGEMM vs emulation, phases, accuracy)
   info        GPU, CuPy, thresholds, moduli table and what is intercepted
   run         run a script / -m module / -c code with the backend enabled
-  calibrate   re-measure the precision="fp64" moduli table on the CPU engine
   tune        measure the fastest GEMM path (cuBLAS or fused kernel) per shape on this GPU
 """
 
@@ -33,8 +32,6 @@ def main(argv=None) -> int:
         from .dispatch.cli import info_main as run
     elif cmd == "run":
         from .dispatch.cli import run_main as run
-    elif cmd == "calibrate":
-        from .calibrate import main as run
     elif cmd == "tune":
         from .tune import main as run
     else:

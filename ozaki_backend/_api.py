@@ -86,7 +86,7 @@ def matmul(a, b, *, precision="fp64", bits=None, moduli=None, mode="accurate",
 
 
 def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None,
-            return_bound=False, fp_name="matmul", _bound_out=None):
+            return_bound=False, fp_name="matmul", overflowed=None, _bound_out=None):
     """``alpha * (a @ b) + beta * c`` with validated options ``opts`` (as
     :func:`ozaki_backend._options.normalize` returns them): the one path every entry
     point takes (``matmul``, ``Plan.matmul``, the dispatch layer).
@@ -108,6 +108,9 @@ def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None,
     fp_name : str or None
         Name in NumPy's floating-point overflow report (``"matmul"``, ``"dot"``), or
         None where the native function reports none (``einsum``, SciPy's ``dgemm``).
+    overflowed : list, optional
+        When given, an emulated NumPy result with an infinite element appends True to it
+        instead of being reported (the loop hook reports through NumPy's loop).
 
     Returns
     -------
@@ -161,8 +164,11 @@ def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None,
         seconds=t.seconds)
     if bound3 is not None:
         _bound_out.append(bound3.reshape(ms.shape))
-    if done == OVERFLOW and xp is np and fp_name:
-        semantics.report_overflow(fp_name)
+    if done == OVERFLOW and xp is np:
+        if overflowed is not None:
+            overflowed.append(True)
+        elif fp_name:
+            semantics.report_overflow(fp_name)
     return semantics.deliver(res, out, ms.shape, direct=direct)
 
 

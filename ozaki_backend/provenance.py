@@ -1,6 +1,6 @@
 """Where, with what and how a measurement was made: the shared part of the tools.
 
-``python -m ozaki_backend bench``, ``calibrate`` and ``tune`` and ``scripts/measure.py``
+``python -m ozaki_backend bench`` and ``tune`` and ``scripts/measure.py``
 write files that say which machine and which checkout produced them
 (``docs/data/README.md``), and time device work the same way. This module is that
 common part; it belongs to the tools, and nothing in the library core imports it.

@@ -29,8 +29,8 @@ import numpy as np
 
 from ._native import suspended
 
-__all__ = ["phi_matrix", "exact_matmul", "relative_errors", "max_relative_error",
-           "error_bound", "sampled_rows_reference", "sampled_rows_error"]
+__all__ = ["phi_matrix", "family_operands", "FAMILIES", "exact_matmul", "relative_errors",
+           "max_relative_error", "error_bound", "sampled_rows_reference", "sampled_rows_error"]
 
 #: Unit roundoff of float64 (round to nearest).
 U64 = 2.0**-53
@@ -86,6 +86,65 @@ def phi_matrix(shape, phi, rng=None):
     u = rng.random(shape)
     z = rng.standard_normal(shape)
     return (u - 0.5) * np.exp(phi * z)
+
+
+#: The operand families of :func:`family_operands`: the ones that break per-row scaling
+#: (scaling along k, grading, wide exponent ranges) and the special values.
+FAMILIES = ("kscaled2_30", "kscaled2_300", "kscaled2_1000", "kscaled1", "graded",
+            "kscaled_graded", "phi0.5", "phi1", "phi2", "phi4", "phi6", "cancellation",
+            "subnormal", "huge", "triangular")
+
+
+def family_operands(name, m, k, n, rng=None):
+    """Operands ``(A (m, k), B (k, n))`` of one accuracy family (``docs/precision.md``).
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`FAMILIES`: ``kscaled2_<r>`` — ``A = X D``, ``B = D^-1 Y`` with
+        ``D = diag(2^e)``, ``e`` uniform in ``[-r, r]`` (mixed units, balancing);
+        ``kscaled1`` — ``A = X D`` only; ``graded`` — rows of A and columns of B scaled
+        by ``2^U[-60, 60]``; ``kscaled_graded`` — both; ``phi<x>`` — :func:`phi_matrix`;
+        ``cancellation`` — ``B = [Y; -Y + 1e-9 Z]``; ``subnormal`` / ``huge`` — results
+        near the ends of the float64 range; ``triangular`` — an upper triangular A with
+        graded rows times a lower triangular B.
+    m, k, n : int
+    rng : numpy.random.Generator or int or None
+
+    Returns
+    -------
+    (ndarray, ndarray)
+    """
+    if not isinstance(rng, np.random.Generator):
+        rng = np.random.default_rng(rng)
+    X, Y = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    if name.startswith("kscaled2_"):
+        r = int(name.split("_")[1])
+        D = np.ldexp(1.0, rng.integers(-r, r + 1, k))
+        return X * D, Y / D[:, None]
+    if name == "kscaled1":
+        return X * np.ldexp(1.0, rng.integers(-40, 41, k)), Y
+    if name == "graded":
+        return (X * np.ldexp(1.0, rng.integers(-60, 61, m))[:, None],
+                Y * np.ldexp(1.0, rng.integers(-60, 61, n)))
+    if name == "kscaled_graded":
+        D = np.ldexp(1.0, rng.integers(-40, 41, k))
+        return (X * D * np.ldexp(1.0, rng.integers(-30, 31, m))[:, None],
+                Y / D[:, None] * np.ldexp(1.0, rng.integers(-30, 31, n)))
+    if name.startswith("phi"):
+        phi = float(name[3:])
+        return phi_matrix((m, k), phi, rng), phi_matrix((k, n), phi, rng)
+    if name == "cancellation":
+        H = Y[: k // 2]
+        return X, np.vstack([H, -H + 1e-9 * rng.standard_normal(H.shape)])[:k]
+    if name == "subnormal":
+        return X * 2.0 ** -540, Y * 2.0 ** -540
+    if name == "huge":
+        return X * 2.0 ** 500, Y * 2.0 ** 490
+    if name == "triangular":
+        T = np.triu(rng.standard_normal((m, k))) * np.ldexp(1.0, rng.integers(-20, 21, m))[:, None]
+        return T, np.tril(Y)
+    raise ValueError(f"unknown family {name!r}; families are {', '.join(FAMILIES)}")
 
 
 # --------------------------------------------------------------------------- oracle

@@ -1,5 +1,5 @@
 """End to end against the exact oracle: every element within the a-priori bound, fp64
-accuracy at least native's at the calibrated sizes, and the exactness properties the
+accuracy at least native's, and the exactness properties the
 integer pipeline guarantees (scale invariance, exact integer products, layout
 independence).
 

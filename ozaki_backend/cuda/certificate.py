@@ -40,13 +40,15 @@ def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status):
     m, n = a.E.shape[0], b.E.shape[0]
     fa, qa = _factors(a)
     fb, qb = _factors(b)
+    # The factor tables are count-major (19 x rows): a tile passes the address of its
+    # first row in table 0 (a 1-D view) and the kernel steps by the full row count.
     fn = bm.kernel("oz_cert_counts")
     cfac = np.float64(certificate_factor(k))
     for (i0, i1, j0, j1) in tiles:
         P = bm.tile(i0, i1, j0, j1)
         grid = (-(-(j1 - j0) // 32), -(-(i1 - i0) // 8))
         fn(grid, (32, 8), (P, np.int64(P.shape[1]), np.int32(i1 - i0), np.int32(j1 - j0),
-                           fa[:, i0:i1], qa[i0:i1], np.int32(m), fb[:, j0:j1], qb[j0:j1],
+                           fa[0, i0:], qa[i0:i1], np.int32(m), fb[0, j0:], qb[j0:j1],
                            np.int32(n), a.lo[i0:i1], a.hi[i0:i1], b.lo[j0:j1], b.hi[j0:j1],
                            cfac, status[1:]))
 

@@ -153,7 +153,7 @@ class Prepared:
     bm : :class:`~.scaling.BoundMatrix` and ``btiles`` its tiles; k, kpad, mode.
     """
 
-    def __init__(self, A, B, mode, ph=None):
+    def __init__(self, A, B, mode, ph=None, certify=True):
         ph = ph or _nothing
         self.A, self.Bt = A, B.T
         m, self.k = A.shape
@@ -166,8 +166,10 @@ class Prepared:
             self.b = scaling.side_statistics(self.Bt, self.S, +1, mode)
             tm, tn = _tiles_for(m, n, lambda tm, tn: _bound_layout(tm, tn, kpad).nbytes)
             self.btiles = _tile_list(m, n, tm, tn)
-            self.bm = BoundMatrix(self.a, self.b, self.S, kpad, tm, tn)
-            scaling.kept_bits(self.a, self.b, self.bm, self.btiles, mode)
+            # Fast mode needs the bound GEMM only for the certificate.
+            need = certify or mode == "accurate"
+            self.bm = BoundMatrix(self.a, self.b, self.S, kpad, tm, tn) if need else None
+            scaling.kept_bits(self.a, self.b, self.bm, self.btiles if need else [], mode)
 
     def status(self, adaptive):
         """Queue the Inf/NaN flag (and for ``precision="fp64"`` the certificate's count)
@@ -328,12 +330,12 @@ def product_into(A, B, plan, out, *, alpha=1.0, beta=0.0, C0=None, phases=None,
             bound.fill(0.0)
         return CERTIFIED
     ph = phases or _nothing
-    prep = Prepared(A, B, plan.mode, ph)
+    read = plan.adaptive or check_finite
+    prep = Prepared(A, B, plan.mode, ph, certify=read or bound is not None)
     # The certificate's count (and the Inf/NaN flag): read back when the count decides
     # the product or the caller asks for the flag (the engine always does) — the one
     # synchronisation of the usual path. A fixed count computed without the read (the
     # benchmarks) records no certificate outcome.
-    read = plan.adaptive or check_finite
     outcome = None
     with ph("scaling"):
         st = prep.status(read)

@@ -341,7 +341,7 @@ def kept_bits(a: Side, b: Side, bm: BoundMatrix, tiles, mode):
         colmin(grid, (32, 8),
                (P, np.int64(P.shape[1]), np.int32(i1 - i0), np.int32(j1 - j0),
                 a.SA[i0:i1], a.n[i0:i1], b.SA[j0:j1], b.n[j0:j1],
-                sigma[:, i0:i1], np.int32(m), eh, fh, tau[:, j0:j1], np.int32(n)))
+                sigma[0, i0:], np.int32(m), eh, fh, tau[0, j0:], np.int32(n)))
     fin = loader.get_function("scaling.cu", "oz_kept_accurate")
     if m:
         fin((blocks(m),), (256,), (sigma, np.int32(m), empty, a.kept))

@@ -72,7 +72,8 @@ static volatile long long g_errors = 0;  /* exceptions cleared in the routed pat
 static int
 call_router(char **args, npy_intp const *dims, npy_intp const *steps, int *interrupted)
 {
-    /* Returns 1 when the router computed the product into args[2], else 0.
+    /* Returns 1 when the router computed the product into args[2], 2 when it did and
+     * some element overflowed to +-inf (finite operands), else 0.
      * Called with the GIL held; leaves no exception set. */
     PyObject *cb = g_callback, *a = NULL, *b = NULL, *o = NULL, *res = NULL;
     PyObject *et, *ev, *etb;
@@ -106,7 +107,13 @@ call_router(char **args, npy_intp const *dims, npy_intp const *steps, int *inter
 
     res = PyObject_CallFunctionObjArgs(cb, a, b, o, NULL);
     if (res == NULL) goto fail;
-    handled = (res == Py_True);
+    if (res == Py_True) {
+        handled = 1;
+    } else if (PyLong_Check(res)) {
+        long v = PyLong_AsLong(res);
+        handled = (v == 1 || v == 2) ? (int)v : 0;
+        if (PyErr_Occurred()) PyErr_Clear();
+    }
     goto done;
 
 fail:
@@ -168,6 +175,12 @@ hooked_loop(char **args, npy_intp const *dimensions, npy_intp const *steps, void
         fegetexceptflag(&fpflags, FE_ALL_EXCEPT);
         handled = call_router(args, dimensions, steps, &interrupted);
         fesetexceptflag(&fpflags, FE_ALL_EXCEPT);
+        /* A routed product that overflowed reports it as NumPy's own loop would: the
+         * overflow flag, which NumPy turns into its "overflow encountered in matmul"
+         * warning or FloatingPointError under np.errstate. */
+        if (handled == 2) {
+            feraiseexcept(FE_OVERFLOW);
+        }
         /* Back to NumPy's own GIL state before its GEMM runs, so that a declined
          * large product does not stall every other Python thread. */
         PyGILState_Release(st);

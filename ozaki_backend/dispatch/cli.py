@@ -197,7 +197,7 @@ def _info() -> dict:
     from ..plan import Plan
     from ..registry import cuda_availability as availability
     from ..spec.moduli import MODULI
-    from ..spec.rules import fp64_table as _fp64_table
+    from ..spec.rules import CERT_C, EXPECTED_BITS
     from . import config as _config
     from . import costmodel, loophook, numpy_wrappers, patches, routing
     from . import env as _env
@@ -215,14 +215,14 @@ def _info() -> dict:
     node = _config.current()
     model = costmodel.cost_model()
     eng_auto, eng_why = routing.resolve_engine(_config.DEFAULT_CONFIG)
-    table = _fp64_table()
     cross = []
     for n in (256, 512, 1024, 2048, 4096, 8192, 16384):
         p = Plan(n, n, n)
-        lo, hi = p.moduli_range   # the estimate assumes ordinary data: the fewest
+        N = p.expected_moduli     # the estimate assumes ordinary data
         t_h = model.host_seconds(n, n, n)
-        t_e = model.emulated_seconds(n, n, n, 1, p.n_gemms - (hi - lo) * p.k_split, lo)
-        cross.append({"n": n, "moduli": lo, "host_ms": t_h * 1e3,
+        t_e = model.emulated_seconds(n, n, n, 1, p.n_gemms - (p.n_moduli - N) * p.k_split,
+                                     N)
+        cross.append({"n": n, "moduli": N, "host_ms": t_h * 1e3,
                       "emulated_ms": t_e * 1e3, "routed": t_e < t_h})
     env_vars = {k: v for k, v in os.environ.items() if k.startswith("OZAKI_BACKEND")}
     known = {_env.ENV, *_env.VARS.values(), *_env.EXTRA_VARS}
@@ -242,7 +242,13 @@ def _info() -> dict:
         "cost_model": {"host_gflops": model.host_gflops, "host_source": model.host_source,
                        **{k: getattr(model, k) for k in model.PARAMS},
                        "floor_mnk": model.floor(), "cubes": cross},
-        "moduli": {"table": list(MODULI), "fp64": table},
+        "moduli": {"table": list(MODULI),
+                   "fp64": {"rule": "per product, the fewest moduli whose certificate meets "
+                                    f"min(k-1, sqrt(k), {CERT_C}) u |A||B|; then the "
+                                    "residual pass, then native",
+                            "expected": {str(k): Plan(1, 1, k).expected_moduli
+                                         for k in (64, 1024, 8192, 65536)},
+                            "expected_bits": EXPECTED_BITS}},
         "intercepted": {
             "@ / np.matmul": "C inner-loop hook (float64 dd->d loop)",
             **{f"{m}.{a}": "module-level wrapper" for m, a, _, _ in numpy_wrappers.TARGETS},
@@ -322,14 +328,9 @@ def info_main(argv) -> int:
     mod = info["moduli"]
     w(f"\nmoduli table ({len(mod['table'])}): {', '.join(map(str, mod['table']))}\n")
     fp = mod["fp64"]
-    edges = fp.get("spread_edges", [])
-    w("  precision='fp64': moduli per k bucket (rows) and exponent spread bucket "
-      f"(<= {', <= '.join(map(str, edges))}, > {edges[-1] if edges else '?'})\n")
-    for mode in ("accurate", "fast"):
-        if mode in fp:
-            for k, Ns in fp[mode]:
-                w(f"    {mode:8s} k<={k:<6d} {' '.join(f'{n:2d}' for n in Ns)} "
-                  f"{fp.get('beyond', '')}\n")
+    w(f"  precision='fp64': {fp['rule']}\n")
+    w("    ordinary data (expected count): "
+      + ", ".join(f"k={k}: {n}" for k, n in fp["expected"].items()) + "\n")
     w("\nintercepted inside a scope:\n")
     for k, v in info["intercepted"].items():
         w(f"  {k:40s} {v}\n")

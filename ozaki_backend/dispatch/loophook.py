@@ -85,11 +85,12 @@ def reset_counters() -> None:
         _C.reset_counters()
 
 
-def _route(a, b, out) -> bool:
+def _route(a, b, out):
     """Called by the C hook with ``a`` (N, m, k), ``b`` (N, k, n), ``out`` (N, m, n).
 
     The arrays are views over NumPy's loop buffers, valid only during this call: keep
-    no reference to them. Returns True when ``out`` holds the routed product.
+    no reference to them. Returns True when ``out`` holds the routed product, 2 when it
+    does and an element overflowed (finite operands), False to run NumPy's loop.
     """
     try:
         if _native.SUSPENDED.get():
@@ -100,7 +101,11 @@ def _route(a, b, out) -> bool:
         # Keep no reference to the scope node in this frame: a traceback kept by a
         # log record would keep the node, and with it the C hook's activity, alive.
         cfg, node = node.config, None
-        return route.routed(cfg, a, b, ENTRY, out=out) is not route.NOT_ROUTED
+        overflowed = []
+        if route.routed(cfg, a, b, ENTRY, out=out, overflowed=overflowed) is route.NOT_ROUTED:
+            return False
+        # 2: the C side raises the overflow flag, which NumPy reports as its own loop's.
+        return 2 if overflowed else True
     except Exception as exc:  # fall back to NumPy's loop, never raise into NumPy
         # a, b, out (and views of them in deeper frames) point into NumPy's loop
         # buffers, freed when the loop returns: the traceback that a log record keeps

@@ -293,7 +293,7 @@ def route_einsum(cfg, args, kwargs):
     nb, ni, nj, nk = (math.prod(size[c] for c in g) for g in (batch, free_a, free_b, contr))
     at = a.transpose([sa.index(c) for c in batch + free_a + contr]).reshape(nb, ni, nk)
     bt = b.transpose([sb.index(c) for c in batch + contr + free_b]).reshape(nb, nk, nj)
-    res = routed(cfg, at, bt, "np.einsum")
+    res = routed(cfg, at, bt, "np.einsum", fp_name=None)
     if res is NOT_ROUTED:
         return NOT_ROUTED
     res = res.reshape([size[c] for c in batch + free_a + free_b])

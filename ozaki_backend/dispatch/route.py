@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 import traceback
 
 import numpy as np
 
-from .. import _api, _native, _stats
+from .. import _api, _native, _stats, semantics
 from . import config as _config
 from . import routing
 from .log import count_entry, fallback
@@ -118,7 +119,8 @@ def bind(args, kwargs, names, required):
     return [vals.get(n) for n in names]
 
 
-def routed(cfg, a, b, entry, *, alpha=1.0, beta=0.0, c=None, out=None):
+def routed(cfg, a, b, entry, *, alpha=1.0, beta=0.0, c=None, out=None, fp_name="dot",
+           overflowed=None):
     """``alpha * (a @ b) + beta * c`` through the backend, or :data:`NOT_ROUTED`.
 
     Parameters
@@ -134,6 +136,11 @@ def routed(cfg, a, b, entry, *, alpha=1.0, beta=0.0, c=None, out=None):
     out : numpy.ndarray, optional
         Receives the result with one copy after it is complete, so it may alias ``a``
         or ``b`` (the loop hook's output buffer).
+    fp_name, overflowed
+        How an overflow of the result is reported (:func:`ozaki_backend._api.product`):
+        under NumPy's name for the entry point (``"dot"`` for the dot family), not at
+        all (None: ``einsum`` and SciPy's ``dgemm`` report none natively), or through
+        the list ``overflowed`` (the loop hook raises NumPy's own flag).
 
     Returns
     -------
@@ -151,10 +158,11 @@ def routed(cfg, a, b, entry, *, alpha=1.0, beta=0.0, c=None, out=None):
     if not d.routed:
         _stats.record("native", d.reason)
         return NOT_ROUTED
+    flag = [] if overflowed is None else overflowed
     try:
         with _native.suspended():
             res = _api.product(a, b, dict(cfg.opts, engine=d.engine), alpha=alpha,
-                               beta=beta, c=c)
+                               beta=beta, c=c, fp_name=fp_name, overflowed=flag)
             if out is not None:
                 out[...] = res  # a fresh result, then one copy: `out` may alias a or b
                 res = out
@@ -167,7 +175,23 @@ def routed(cfg, a, b, entry, *, alpha=1.0, beta=0.0, c=None, out=None):
         fallback(entry, exc)
         return NOT_ROUTED
     count_entry(entry)
+    if flag and overflowed is None and fp_name:
+        # Reported by the entry point once its result is complete (report_pending), so
+        # that a FloatingPointError reaches the caller instead of counting as a fallback.
+        _pending.name = fp_name
     return res
+
+
+_pending = threading.local()
+
+
+def report_pending() -> None:
+    """Report an overflow of the routed product just returned, as NumPy reports its own
+    (``np.errstate``: raise, warn, ...); nothing when there was none."""
+    name = getattr(_pending, "name", None)
+    if name is not None:
+        _pending.name = None
+        semantics.report_overflow(name)
 
 
 def make_wrapper(original, impl, entry):
@@ -194,12 +218,14 @@ def make_wrapper(original, impl, entry):
         if _config.ANY_ACTIVE:
             cfg = scope_config()
             if cfg is not None:
+                _pending.name = None
                 try:
                     res = impl(cfg, args, kwargs)
                 except Exception as exc:  # a bug here must not cost the user a result
                     fallback(entry, exc)
                     res = NOT_ROUTED
                 if res is not NOT_ROUTED:
+                    report_pending()
                     return res
         return original(*args, **kwargs)
 

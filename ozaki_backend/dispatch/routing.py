@@ -135,10 +135,10 @@ def _plan_counts(k: int, opts_key: tuple) -> tuple[int, int]:
     from ..plan import Plan
 
     p = Plan(1, 1, k, **dict(opts_key))
-    # precision="fp64" picks its count per product (from the operands' exponent
-    # spread): the estimate assumes ordinary data, i.e. the fewest of the range.
-    lo, hi = p.moduli_range
-    return p.n_gemms - (hi - lo) * p.k_split, lo
+    # precision="fp64" picks its count per product (the certificate's): the estimate
+    # assumes ordinary data, i.e. the plan's expected count.
+    N = p.expected_moduli
+    return p.n_gemms - (p.n_moduli - N) * p.k_split, N
 
 
 def decide(config, m: int, n: int, k: int, batch: int = 1, entry: str = "") -> Decision:

@@ -87,7 +87,7 @@ def route_dgemm(cfg, args, kwargs):
         return NOT_ROUTED  # BLAS does not read A, B then (NaN in them is ignored)
     use_c = c if (c is not None and beta != 0.0) else None
     res = routed(cfg, op_a, op_b, ENTRY, alpha=alpha,
-                  beta=beta if use_c is not None else 0.0, c=use_c)
+                 beta=beta if use_c is not None else 0.0, c=use_c, fp_name=None)
     if res is NOT_ROUTED:
         return NOT_ROUTED
     if c is not None and overwrite_c and c.flags.f_contiguous:

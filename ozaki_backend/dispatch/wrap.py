@@ -73,6 +73,8 @@ class OzakiArray(np.ndarray):
         if res is NOT_ROUTED:
             with _native.suspended():
                 res = func(*pargs, **pkw)
+        else:
+            route.report_pending()
         if out is not None:
             return out
         return _rewrap(res)
@@ -112,7 +114,7 @@ def _matmul(a, b, out):
                 and a.shape[-1] == b.shape[-2]):
             shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
             if out is None or route.ok_out(out, shape, c_order=False):
-                res = route.routed(cfg, a, b, "wrap: @")
+                res = route.routed(cfg, a, b, "wrap: @", fp_name="matmul")
     except ValueError:
         res = NOT_ROUTED  # stacks do not broadcast: NumPy raises below
     except Exception as exc:
@@ -120,6 +122,7 @@ def _matmul(a, b, out):
         res = NOT_ROUTED
     if res is NOT_ROUTED:
         return _native.matmul(a, b, out=out)
+    route.report_pending()
     if out is not None:
         out[...] = res
         return out

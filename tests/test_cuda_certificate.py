@@ -1,0 +1,170 @@
+"""The CUDA engine's equilibration, statistics and certificate, bitwise against the CPU
+reference stage by stage, and end to end on the accuracy families (results, bounds and
+outcomes). Marked ``gpu``: skipped where CuPy or a CUDA device is missing."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import ozaki_backend as ob
+from ozaki_backend.reference import certificate as rcert
+from ozaki_backend.reference import equilibrate as req
+from ozaki_backend.reference import pipeline as rpipe
+from ozaki_backend.reference import scaling as rsc
+from ozaki_backend.spec.moduli import MAX_MODULI, MIN_MODULI
+from ozaki_backend.testing import FAMILIES, exact_matmul, family_operands, phi_matrix
+
+cupy = pytest.importorskip("cupy")
+pytestmark = pytest.mark.gpu
+
+U = 2.0 ** -53
+
+
+def _bits(x):
+    x = x.get() if hasattr(x, "get") else x
+    return np.ascontiguousarray(x, dtype=np.float64).view(np.int64)
+
+
+def _extremes(rng):
+    """Columns of subnormals against huge rows, zero rows and columns, 1e+-300."""
+    A = rng.standard_normal((21, 40))
+    B = rng.standard_normal((40, 17))
+    A[:, 0] = 5e-324
+    B[0] = 1e300
+    A[:, 1] = 1e300
+    B[1] = 1e-310
+    A[4] = 0.0
+    B[:, 6] = 0.0
+    A[:, 9] = 0.0
+    B[12] = 0.0
+    return A, B
+
+
+def _cases():
+    rng = np.random.default_rng(2026)
+    for name in FAMILIES:
+        yield name, family_operands(name, 33, 150, 29, rng)
+    yield "extremes", _extremes(rng)
+
+
+@pytest.mark.parametrize("name,ops", list(_cases()), ids=lambda x: x if isinstance(x, str) else "")
+def test_equilibration_matches_reference(name, ops):
+    from ozaki_backend.cuda import scaling
+
+    A, B = ops
+    S_ref = req.shifts(A, B)
+    dA, dB = cupy.asarray(A), cupy.asarray(B)
+    S, _, _ = scaling.equilibration(dA, dB.T)
+    np.testing.assert_array_equal(S.get(), S_ref)
+    # transposed / F-ordered views read the same
+    S2, _, _ = scaling.equilibration(cupy.asfortranarray(dA), cupy.ascontiguousarray(dB.T))
+    np.testing.assert_array_equal(S2.get(), S_ref)
+
+
+@pytest.mark.parametrize("mode", ["fast", "accurate"])
+@pytest.mark.parametrize("name,ops", list(_cases()), ids=lambda x: x if isinstance(x, str) else "")
+def test_statistics_and_shifts_match_reference(name, ops, mode):
+    from ozaki_backend.cuda import pipeline
+
+    A, B = ops
+    Ae, Be, _ = req.equilibrate(A, B)
+    st = rsc.statistics(Ae, Be, mode)
+    prep = pipeline.Prepared(cupy.asarray(A), cupy.asarray(B), mode)
+    a, b = prep.a, prep.b
+    np.testing.assert_array_equal(a.E.get(), st.E)
+    np.testing.assert_array_equal(b.E.get(), st.F)
+    np.testing.assert_array_equal(a.X.get(), st.xA)
+    np.testing.assert_array_equal(b.X.get(), st.yB)
+    np.testing.assert_array_equal(a.n.get(), st.nA)
+    np.testing.assert_array_equal(b.n.get(), st.nB)
+    np.testing.assert_array_equal(a.lo.get(), st.loA)
+    np.testing.assert_array_equal(a.hi.get(), st.hiA)
+    np.testing.assert_array_equal(b.lo.get(), st.loB)
+    np.testing.assert_array_equal(b.hi.get(), st.hiB)
+    np.testing.assert_array_equal(a.SA.get(), st.SA)
+    np.testing.assert_array_equal(b.SA.get(), st.SB)
+    d = prep.data()
+    np.testing.assert_array_equal(d.P.get(), st.P)
+    for N in range(MIN_MODULI, MAX_MODULI + 1):
+        s, t = prep.shifts(N)
+        s_ref, t_ref = rsc.shifts(st, N, mode)
+        np.testing.assert_array_equal(s.get(), s_ref, err_msg=f"N={N}")
+        np.testing.assert_array_equal(t.get(), t_ref, err_msg=f"N={N}")
+    # the certificate's count and whether every element passed a priori
+    N_ref, ok_ref = rcert.choose_count(st, mode)
+    emax, need, unsure = (int(v) for v in prep.status(True).get())
+    assert (need or MAX_MODULI) == N_ref
+    assert (unsure == 0) == ok_ref
+
+
+@pytest.mark.parametrize("mode", ["fast", "accurate"])
+def test_certificate_with_a_tiled_bound_gemm(mode):
+    from ozaki_backend.cuda import pipeline
+
+    rng = np.random.default_rng(5)
+    A, B = phi_matrix((150, 70), 2.0, rng), phi_matrix((70, 130), 2.0, rng)
+    C_ref, b_ref = ob.matmul(A, B, mode=mode, engine="cpu", return_bound=True)
+    pipeline.TILE_OVERRIDE = (64, 48)
+    try:
+        C, bound = ob.matmul(cupy.asarray(A), cupy.asarray(B), mode=mode, engine="cuda",
+                             return_bound=True)
+    finally:
+        pipeline.TILE_OVERRIDE = None
+    np.testing.assert_array_equal(_bits(C), _bits(C_ref))
+    np.testing.assert_array_equal(_bits(bound), _bits(b_ref))
+
+
+def _run(A, B, engine, mode, on_device=False):
+    ob.reset_stats()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ob.NativeFallbackWarning)
+        if on_device:
+            C, bound = ob.matmul(cupy.asarray(A), cupy.asarray(B), engine=engine, mode=mode,
+                                 return_bound=True)
+            C, bound = C.get(), bound.get()
+        else:
+            C, bound = ob.matmul(A, B, engine=engine, mode=mode, return_bound=True)
+    return C, bound, ob.stats()["certificate"]
+
+
+@pytest.mark.parametrize("mode", ["fast", "accurate"])
+@pytest.mark.parametrize("name", list(FAMILIES) + ["crossed"])
+def test_families_end_to_end_equal_cpu(name, mode):
+    """Same bits, same bounds, same outcome (certified, residual pass, native) as the
+    CPU engine, for NumPy and CuPy operands; the native fallback's bits are the GPU
+    DGEMM's (checked against the bound instead)."""
+    rng = np.random.default_rng(abs(hash((name, mode))) % 2 ** 32)
+    if name == "crossed":
+        A = np.array([[1e30, 1e-30], [1e-30, 1e30]])
+        B = np.array([[1e-30, 1e30], [1e30, 1e-30]])
+    else:
+        A, B = family_operands(name, 40, 300, 36, rng)
+    C0, b0, out0 = _run(A, B, "cpu", mode)
+    E = exact_matmul(A, B)
+    for on_device in (False, True):
+        C, bound, out = _run(A, B, "cuda", mode, on_device)
+        assert out == out0, (on_device, out, out0)
+        if "native fallback" in out:
+            assert (np.abs(C - E) <= bound + U * np.abs(E)).all()
+            continue
+        np.testing.assert_array_equal(_bits(C), _bits(C0))
+        np.testing.assert_array_equal(_bits(bound), _bits(b0))
+
+
+def test_moduli_for_agrees_on_device():
+    rng = np.random.default_rng(9)
+    for name in ("phi1", "phi2", "kscaled2_300"):
+        A, B = family_operands(name, 50, 400, 40, rng)
+        for mode in ("fast", "accurate"):
+            p = ob.plan(50, 40, 400, mode=mode)
+            assert p.moduli_for(cupy.asarray(A), cupy.asarray(B)) == \
+                rpipe.moduli_for(A, B, p), (name, mode)
+
+
+def test_overflow_is_reported_for_numpy_results():
+    a = np.full((40, 40), 1e300)
+    with np.errstate(over="raise"), pytest.raises(FloatingPointError, match="matmul"):
+        ob.matmul(a, a, engine="cuda")
+    with np.errstate(over="ignore"):
+        assert np.isinf(ob.matmul(a, a, engine="cuda")).all()
