@@ -14,27 +14,47 @@
 #include "common.cuh"
 
 // ---------------------------------------------------------------------------------
+// One launch initialises a statistics buffer: row r of the (nvals x len) int32 buffer
+// is set to v[r] (up to eight rows).
+extern "C" __global__ void oz_init_ints(int *__restrict__ buf, i64 len, int nvals, int v0,
+                                        int v1, int v2, int v3, int v4, int v5, int v6,
+                                        int v7) {
+    const int v[8] = {v0, v1, v2, v3, v4, v5, v6, v7};
+    i64 total = len * nvals;
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total;
+         i += (i64)gridDim.x * blockDim.x)
+        buf[i] = v[i / len];
+}
+
+// ---------------------------------------------------------------------------------
 // Stage 0: equilibration along k (spec §2.1).
 
 // cmax / cmin of each column of a rows x cols view: the largest / smallest frexp exponent
 // of its non-zero entries (2000 for Inf/NaN: a maximum above 1024 flags a non-finite
-// operand). cmax must hold OZ_INT_MIN, cmin OZ_INT_MAX on entry. Grid: 32 x 64 tiles.
+// operand). cmax must hold OZ_INT_MIN, cmin OZ_INT_MAX on entry. Grid: one block per
+// 64 columns and OZ_CE_TILES tiles of 32 rows.
+#define OZ_CE_TILES 8   // row tiles per block of oz_col_exponents (fewer atomics)
 extern "C" __global__ void __launch_bounds__(256)
 oz_col_exponents(const double *__restrict__ X, i64 rs, i64 cs, int rows, int cols,
                  int rows_fast, int *__restrict__ cmax, int *__restrict__ cmin) {
     __shared__ double tile[OZ_TR][OZ_TK + 1];
-    int row0 = blockIdx.y * OZ_TR, col0 = blockIdx.x * OZ_TK;
-    oz_load_tile(tile, X, rs, cs, rows, cols, row0, col0, rows_fast);
-    __syncthreads();
-    // 4 threads per column, 8 rows each; combined with two shuffles.
+    int col0 = blockIdx.x * OZ_TK;
+    // 4 threads per column, 8 rows of each tile each; combined with two shuffles.
     int c = threadIdx.x >> 2, part = threadIdx.x & 3;
     int emax = OZ_INT_MIN, emin = OZ_INT_MAX;
-    for (int r = part; r < OZ_TR; r += 4) {
-        double x = tile[r][c];
-        if (x != 0.0) {
-            int e = oz_frexp_exp(x);
-            emax = max(emax, e);
-            emin = min(emin, e);
+    for (int t = 0; t < OZ_CE_TILES; ++t) {
+        int row0 = (blockIdx.y * OZ_CE_TILES + t) * OZ_TR;
+        if (row0 >= rows) break;                             // uniform over the block
+        if (t) __syncthreads();                              // the previous tile is read
+        oz_load_tile(tile, X, rs, cs, rows, cols, row0, col0, rows_fast);
+        __syncthreads();
+        for (int r = part; r < OZ_TR; r += 4) {
+            double x = tile[r][c];
+            if (x != 0.0) {
+                int e = oz_frexp_exp(x);
+                emax = max(emax, e);
+                emin = min(emin, e);
+            }
         }
     }
     for (int off = 1; off < 4; off <<= 1) {
@@ -49,23 +69,55 @@ oz_col_exponents(const double *__restrict__ X, i64 rs, i64 cs, int rows, int col
 }
 
 // S_k = trunc(((a_k - a) - (b_k - b)) / 2) clamped to [lo_k, hi_k] (spec §2.1), 0 where
-// column k of A or row k of B is all zero; a = top[0], b = top[1]: the largest a_k, b_k.
-extern "C" __global__ void oz_equilibrate(const int *__restrict__ amax, const int *__restrict__ amin,
-                                          const int *__restrict__ bmax, const int *__restrict__ bmin,
-                                          const int *__restrict__ top, int k,
-                                          int *__restrict__ S) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= k) return;
-    int a = amax[i], b = bmax[i];
-    if (a == OZ_INT_MIN || b == OZ_INT_MIN || a > 1024 || b > 1024 || top[0] > 1024
-        || top[1] > 1024) {
-        S[i] = 0;   // an empty column / row; or Inf/NaN, which the caller declines anyway
-        return;
+// column k of A or row k of B is all zero; a, b: the largest a_k, b_k. One block: it
+// first reduces the two maxima (an atomic per element on one address would serialise),
+// then writes S.
+extern "C" __global__ void __launch_bounds__(1024)
+oz_equilibrate(const int *__restrict__ amax, const int *__restrict__ amin,
+               const int *__restrict__ bmax, const int *__restrict__ bmin, int k,
+               int *__restrict__ S) {
+    __shared__ int red[2][32];
+    int ta = OZ_INT_MIN, tb = OZ_INT_MIN;
+    for (int i = threadIdx.x; i < k; i += blockDim.x) {
+        ta = max(ta, amax[i]);
+        tb = max(tb, bmax[i]);
     }
-    int raw = ((a - top[0]) - (b - top[1])) / 2;             // C++: toward zero
-    int hi = min(max(0, amin[i] + 1021), 1024 - b);
-    int lo = max(-max(0, bmin[i] + 1021), a - 1024);
-    S[i] = min(max(raw, lo), hi);
+    for (int off = 16; off > 0; off >>= 1) {
+        ta = max(ta, __shfl_xor_sync(0xffffffffu, ta, off));
+        tb = max(tb, __shfl_xor_sync(0xffffffffu, tb, off));
+    }
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    if (lane == 0) {
+        red[0][warp] = ta;
+        red[1][warp] = tb;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        ta = lane < nw ? red[0][lane] : OZ_INT_MIN;
+        tb = lane < nw ? red[1][lane] : OZ_INT_MIN;
+        for (int off = 16; off > 0; off >>= 1) {
+            ta = max(ta, __shfl_xor_sync(0xffffffffu, ta, off));
+            tb = max(tb, __shfl_xor_sync(0xffffffffu, tb, off));
+        }
+        if (lane == 0) {
+            red[0][0] = ta;
+            red[1][0] = tb;
+        }
+    }
+    __syncthreads();
+    ta = red[0][0];
+    tb = red[1][0];
+    for (int i = threadIdx.x; i < k; i += blockDim.x) {
+        int a = amax[i], b = bmax[i];
+        if (a == OZ_INT_MIN || b == OZ_INT_MIN || a > 1024 || b > 1024 || ta > 1024 || tb > 1024) {
+            S[i] = 0;   // an empty column / row; or Inf/NaN, which the caller declines anyway
+            continue;
+        }
+        int raw = ((a - ta) - (b - tb)) / 2;                 // C++: toward zero
+        int hi = min(max(0, amin[i] + 1021), 1024 - b);
+        int lo = max(-max(0, bmin[i] + 1021), a - 1024);
+        S[i] = min(max(raw, lo), hi);
+    }
 }
 
 // ---------------------------------------------------------------------------------
@@ -85,7 +137,8 @@ __device__ __forceinline__ void oz_row_reduce(const double *__restrict__ X, i64 
                                               int *__restrict__ Emax, int *__restrict__ Xthr,
                                               int *__restrict__ Cnt, u64 *__restrict__ Sq,
                                               int *__restrict__ Klo = nullptr,
-                                              int *__restrict__ Khi = nullptr) {
+                                              int *__restrict__ Khi = nullptr,
+                                              int *__restrict__ Gmax = nullptr) {
     // KIND 0: Emax[r] = max frexp exponent of the non-zero entries (atomicMax);
     // KIND 1: also Xthr[r] = max exact threshold (spec §10.1), Cnt[r] += their count and
     //         Klo[r] / Khi[r] = their first / last column (atomicMin / atomicMax);
@@ -190,6 +243,7 @@ __device__ __forceinline__ void oz_row_reduce(const double *__restrict__ X, i64 
                 atomicAdd(Cnt + row, cnt);
                 atomicMin(Klo + row, klo);
                 atomicMax(Khi + row, khi);
+                if (emax > 1024) atomicMax(Gmax, emax);   // Inf/NaN only: no contention
             }
         }
     } else {
@@ -209,12 +263,12 @@ extern "C" __global__ void __launch_bounds__(256)
 oz_row_stats(const double *__restrict__ X, i64 rs, i64 cs, int rows, int cols, int rows_fast,
              const int *__restrict__ S, int ks, int *__restrict__ Emax,
              int *__restrict__ Xthr, int *__restrict__ Cnt, int *__restrict__ Klo,
-             int *__restrict__ Khi) {
+             int *__restrict__ Khi, int *__restrict__ Gmax) {
     // Row exponent, exact threshold, non-zero count and non-zero column range of the
-    // equilibrated rows. Emax and Xthr must hold OZ_INT_MIN, Cnt zero, Klo cols and
-    // Khi -1 on entry.
+    // equilibrated rows; Gmax[0] is raised above 1024 when a row holds Inf/NaN. Emax and
+    // Xthr must hold OZ_INT_MIN, Cnt zero, Klo cols and Khi -1 on entry.
     oz_row_reduce<1>(X, rs, cs, rows, cols, rows_fast, S, ks, nullptr, 0, Emax, Xthr, Cnt,
-                     nullptr, Klo, Khi);
+                     nullptr, Klo, Khi, Gmax);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
@@ -459,10 +513,6 @@ extern "C" __global__ void oz_cert_factors(const int *__restrict__ kept, int row
     }
 }
 
-// For every element of one P tile, the fewest counts (OZ_NLO + c) whose a-priori test it
-// passes (spec §10.3): out[0] = max of those counts, out[1] += elements passing none.
-// fa, fb: the c-major factor tables of oz_cert_factors (row strides arows, bcols).
-// Grid: (cols / 32, rows / 8), block (32, 8): a warp is one row.
 // Whether the non-zero ranges along k of row i of A and column j of B intersect (spec
 // §10.1): where they do not, the element is exact.
 __device__ __forceinline__ bool oz_overlap(const int *__restrict__ lo, const int *__restrict__ hi,
@@ -471,6 +521,14 @@ __device__ __forceinline__ bool oz_overlap(const int *__restrict__ lo, const int
     return max(lo[row], lob[col]) <= min(hi[row], hib[col]);
 }
 
+// For every element of one P tile, the fewest counts (OZ_NLO + c) whose a-priori test it
+// passes (spec §10.3): out[0] = max of those counts, out[1] += elements passing none.
+// The test is monotone in the count, so the search starts at `guess` (the count ordinary
+// data certifies with) and walks down while it passes or up until it does: two tests for
+// a typical element instead of a scan from the smallest count. With fixed >= 0 only that
+// count is tested (a fixed moduli= plan): out[1] += elements failing it.
+// fa, fb: the c-major factor tables of oz_cert_factors (row strides arows, bcols).
+// Grid: (cols / 32, rows / 8), block (32, 8): a warp is one row.
 template <class T>
 __device__ __forceinline__ void oz_cert_counts(const T *__restrict__ P, i64 ldp, int rows,
                                                int cols, const double *__restrict__ fa,
@@ -481,7 +539,8 @@ __device__ __forceinline__ void oz_cert_counts(const T *__restrict__ P, i64 ldp,
                                                const int *__restrict__ hiA,
                                                const int *__restrict__ loB,
                                                const int *__restrict__ hiB,
-                                               double cfac, int *__restrict__ out) {
+                                               double cfac, int guess, int fixed,
+                                               int *__restrict__ out) {
     int col = blockIdx.x * 32 + threadIdx.x;
     int row = blockIdx.y * 8 + threadIdx.y;
     int need = 0, none = 0;
@@ -490,12 +549,22 @@ __device__ __forceinline__ void oz_cert_counts(const T *__restrict__ P, i64 ldp,
     } else if (row < rows && col < cols) {
         double cp = __dmul_rn(cfac, (double)P[(i64)row * ldp + col]);
         double qai = qa[row], qbj = qb[col];
-        for (int c = 0; c < OZ_NN; ++c) {
+        auto test = [&](int c) {
             double x = __dadd_rn(__dmul_rn(fa[(i64)c * arows + row], qbj),
                                  __dmul_rn(qai, fb[(i64)c * bcols + col]));
-            if (oz_passes(x, cp)) {
+            return oz_passes(x, cp);
+        };
+        if (fixed >= 0) {
+            need = test(fixed) ? OZ_NLO + fixed : 0;
+        } else {
+            int c = guess;
+            if (test(c)) {
+                while (c > 0 && test(c - 1)) --c;
                 need = OZ_NLO + c;
-                break;
+            } else {
+                ++c;
+                while (c < OZ_NN && !test(c)) ++c;
+                need = c < OZ_NN ? OZ_NLO + c : 0;
             }
         }
         none = need == 0;
@@ -504,8 +573,10 @@ __device__ __forceinline__ void oz_cert_counts(const T *__restrict__ P, i64 ldp,
         need = max(need, __shfl_xor_sync(0xffffffffu, need, off));
         none += __shfl_xor_sync(0xffffffffu, none, off);
     }
+    // Nearly every warp finds the same count: read before the atomic, so that one address
+    // is not hit by every warp of the grid.
     if ((threadIdx.x & 31) == 0) {
-        if (need) atomicMax(out, need);
+        if (need && need > *((volatile int *)out)) atomicMax(out, need);
         if (none) atomicAdd(out + 1, none);
     }
 }
@@ -516,9 +587,9 @@ oz_cert_counts_i32(const int *__restrict__ P, i64 ldp, int rows, int cols,
                    const double *__restrict__ fb, const double *__restrict__ qb, int bcols,
                    const int *__restrict__ loA, const int *__restrict__ hiA,
                    const int *__restrict__ loB, const int *__restrict__ hiB, double cfac,
-                   int *__restrict__ out) {
+                   int guess, int fixed, int *__restrict__ out) {
     oz_cert_counts<int>(P, ldp, rows, cols, fa, qa, arows, fb, qb, bcols, loA, hiA, loB, hiB,
-                        cfac, out);
+                        cfac, guess, fixed, out);
 }
 extern "C" __global__ void __launch_bounds__(256)
 oz_cert_counts_i64(const i64 *__restrict__ P, i64 ldp, int rows, int cols,
@@ -526,9 +597,9 @@ oz_cert_counts_i64(const i64 *__restrict__ P, i64 ldp, int rows, int cols,
                    const double *__restrict__ fb, const double *__restrict__ qb, int bcols,
                    const int *__restrict__ loA, const int *__restrict__ hiA,
                    const int *__restrict__ loB, const int *__restrict__ hiB, double cfac,
-                   int *__restrict__ out) {
+                   int guess, int fixed, int *__restrict__ out) {
     oz_cert_counts<i64>(P, ldp, rows, cols, fa, qa, arows, fb, qb, bcols, loA, hiA, loB, hiB,
-                        cfac, out);
+                        cfac, guess, fixed, out);
 }
 
 // The bound of a computed C_ij = RN(A'B' 2^(-s-t)) and the a-posteriori test (spec §10.4),

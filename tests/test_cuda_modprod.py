@@ -206,4 +206,7 @@ def test_plan_says_which_gemm_path():
     text = gemm_path(p)
     path, _, _ = tuning.choice(4096, 4096, 4096, 15)
     assert ("fused" in text) == (path == "wgmma")
-    assert "GEMM path (GPU)" in repr(p)
+    from ozaki_backend import registry
+
+    assert "GEMM path" in registry.describe(p, "cuda")
+    assert "GEMM path" not in repr(p)        # the plan holds no engine's choices

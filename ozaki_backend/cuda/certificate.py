@@ -16,7 +16,7 @@ import numpy as np
 
 from ..spec import certificate as spec
 from ..spec.certificate import U64
-from ..spec.rules import certificate_factor
+from ..spec.rules import certificate_factor, expected_moduli
 from . import loader
 from ._common import blocks
 from .scaling import COUNTS, BoundMatrix, Side
@@ -34,9 +34,11 @@ def _factors(side: Side):
     return f, q
 
 
-def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status):
+def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status, fixed=None):
     """Queue the a-priori count: ``status[1]`` receives the largest per-element count and
-    ``status[2]`` the number of elements no count certifies (both zero on entry)."""
+    ``status[2]`` the number of elements no count certifies (both zero on entry); with
+    ``fixed`` (a count), only that count is tested and ``status[2]`` receives the number
+    of elements failing it."""
     m, n = a.E.shape[0], b.E.shape[0]
     fa, qa = _factors(a)
     fb, qb = _factors(b)
@@ -44,13 +46,15 @@ def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status):
     # first row in table 0 (a 1-D view) and the kernel steps by the full row count.
     fn = bm.kernel("oz_cert_counts")
     cfac = np.float64(certificate_factor(k))
+    guess = np.int32(expected_moduli(k) - COUNTS[0])
+    fix = np.int32(-1 if fixed is None else fixed - COUNTS[0])
     for (i0, i1, j0, j1) in tiles:
         P = bm.tile(i0, i1, j0, j1)
         grid = (-(-(j1 - j0) // 32), -(-(i1 - i0) // 8))
         fn(grid, (32, 8), (P, np.int64(P.shape[1]), np.int32(i1 - i0), np.int32(j1 - j0),
                            fa[0, i0:], qa[i0:i1], np.int32(m), fb[0, j0:], qb[j0:j1],
                            np.int32(n), a.lo[i0:i1], a.hi[i0:i1], b.lo[j0:j1], b.hi[j0:j1],
-                           cfac, status[1:]))
+                           cfac, guess, fix, status[1:]))
 
 
 def certify_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, s, t, C, *, bound=None,

@@ -161,9 +161,12 @@ class Prepared:
         self.mode = mode
         self.kpad = kpad = round_up(self.k, KPAD)
         with ph("scaling"):
+            # [Inf/NaN flag (above 1024), count, uncertified elements]: the one small
+            # array the usual path reads back.
+            self.st = cupy.zeros(3, dtype=np.int32)
             self.S, _, _ = scaling.equilibration(self.A, self.Bt)
-            self.a = scaling.side_statistics(self.A, self.S, -1, mode)
-            self.b = scaling.side_statistics(self.Bt, self.S, +1, mode)
+            self.a = scaling.side_statistics(self.A, self.S, -1, mode, gmax=self.st[:1])
+            self.b = scaling.side_statistics(self.Bt, self.S, +1, mode, gmax=self.st[:1])
             tm, tn = _tiles_for(m, n, lambda tm, tn: _bound_layout(tm, tn, kpad).nbytes)
             self.btiles = _tile_list(m, n, tm, tn)
             # Fast mode needs the bound GEMM only for the certificate.
@@ -171,13 +174,14 @@ class Prepared:
             self.bm = BoundMatrix(self.a, self.b, self.S, kpad, tm, tn) if need else None
             scaling.kept_bits(self.a, self.b, self.bm, self.btiles if need else [], mode)
 
-    def status(self, adaptive):
-        """Queue the Inf/NaN flag (and for ``precision="fp64"`` the certificate's count)
-        into a small device array: ``[max row exponent, count, uncertified elements]``."""
-        st = cupy.zeros(3, dtype=np.int32)
-        st[0] = scaling.max_exponent(self.a, self.b)
-        if adaptive:
-            certificate.counts_into(self.a, self.b, self.bm, self.btiles, self.k, st)
+    def status(self, certify, fixed=None):
+        """Queue the certificate's count (with ``certify``; or the test of the ``fixed``
+        count) into the small device array ``[Inf/NaN flag (above 1024), count,
+        uncertified elements]`` and return it."""
+        st = self.st
+        if certify:
+            certificate.counts_into(self.a, self.b, self.bm, self.btiles, self.k, st,
+                                    fixed=fixed)
         return st
 
     def shifts(self, n_moduli):
@@ -338,7 +342,7 @@ def product_into(A, B, plan, out, *, alpha=1.0, beta=0.0, C0=None, phases=None,
     # benchmarks) records no certificate outcome.
     outcome = None
     with ph("scaling"):
-        st = prep.status(read)
+        st = prep.status(read, fixed=None if plan.adaptive else plan.n_moduli)
     if read:
         emax, need, unsure = (int(v) for v in st.get())
         if check_finite and emax > 1024:
@@ -347,7 +351,7 @@ def product_into(A, B, plan, out, *, alpha=1.0, beta=0.0, C0=None, phases=None,
             N = need or MAX_MODULI
         else:
             N = plan.n_moduli
-            outcome = CERTIFIED if unsure == 0 and need <= N else UNCERTIFIED
+            outcome = CERTIFIED if unsure == 0 else UNCERTIFIED
     else:
         N, unsure = plan.n_moduli, 0
     escalate = plan.adaptive and unsure > 0

@@ -37,8 +37,10 @@ from .modgemm import gemm_tn
 _KR = 256
 #: Rows per block of the column-minimum kernel (OZ_PR).
 _PR = 512
-#: Tile of the column-exponent and quantisation kernels (OZ_TR x OZ_TK).
+#: Tile of the column-exponent and quantisation kernels (OZ_TR x OZ_TK), and the row
+#: tiles per block of the column-exponent kernel (OZ_CE_TILES).
 _TR, _TK = 32, 64
+_CE_TILES = 8
 #: Moduli counts of the per-count tables (OZ_NLO .. OZ_NLO + OZ_NN - 1).
 COUNTS = tuple(range(MIN_MODULI, MAX_MODULI + 1))
 #: Longest k the int32 bound GEMM takes in one call, a multiple of KPAD.
@@ -50,13 +52,6 @@ def _reduce_grid(rows, cols, rows_fast):
     if gy > 65535:
         raise ValueError(f"reduction too long for one launch (k = {cols})")
     return (max(1, -(-rows // (32 if rows_fast else 8))), gy)
-
-
-def _tile_grid(rows, cols):
-    gy = -(-rows // _TR)
-    if gy > 65535:
-        raise ValueError(f"operand too tall for one launch ({rows} rows)")
-    return (max(1, -(-cols // _TK)), max(1, gy))
 
 
 _tables = {}
@@ -84,18 +79,30 @@ def count_tables():
 
 # --------------------------------------------------------------------------- stage 0
 
+def init_ints(buf, *values):
+    """Set row ``r`` of the int32 buffer ``buf`` (``len(values) x len``) to ``values[r]``
+    in one launch."""
+    nvals = len(values)
+    length = buf.size // nvals
+    if buf.size:
+        v = list(values) + [0] * (8 - nvals)
+        loader.get_function("scaling.cu", "oz_init_ints")(
+            (blocks(buf.size),), (256,),
+            (buf, np.int64(length), np.int32(nvals), *(np.int32(x) for x in v)))
+
+
 def column_exponents(X, cmax, cmin):
     """Largest / smallest frexp exponent of the non-zero entries of each column of the
-    ``rows x cols`` view ``X`` into int32 ``cmax`` / ``cmin`` (initialised here; 2000 in
-    ``cmax`` flags Inf/NaN)."""
+    ``rows x cols`` view ``X`` into int32 ``cmax`` / ``cmin`` (2000 flags Inf/NaN).
+    Expects ``cmax`` at INT_MIN and ``cmin`` at INT_MAX."""
     rows, cols = X.shape
-    cmax.fill(INT_MIN)
-    cmin.fill(INT_MAX)
     if rows and cols:
         X, rs, cs, rf = as_rows(X)
         fn = loader.get_function("scaling.cu", "oz_col_exponents")
-        fn(_tile_grid(rows, cols), (256,), (X, rs, cs, np.int32(rows), np.int32(cols), rf,
-                                            cmax, cmin))
+        grid = (max(1, -(-cols // _TK)), max(1, -(-rows // (_TR * _CE_TILES))))
+        if grid[1] > 65535:
+            raise ValueError(f"operand too tall for one launch ({rows} rows)")
+        fn(grid, (256,), (X, rs, cs, np.int32(rows), np.int32(cols), rf, cmax, cmin))
 
 
 def equilibration(A, Bt):
@@ -103,14 +110,14 @@ def equilibration(A, Bt):
     ``A (m x k)`` and ``B = Bt.T`` (spec §2.1), and the per-k exponent maxima (above
     1024: an Inf/NaN entry)."""
     k = A.shape[1]
-    ex = cupy.empty((4, k), dtype=np.int32)
-    column_exponents(A, ex[0], ex[1])
-    column_exponents(Bt, ex[2], ex[3])
+    ex = cupy.empty((4, k), dtype=np.int32)      # a_max, a_min, b_max, b_min
     S = cupy.empty(k, dtype=np.int32)
     if k:
-        top = cupy.stack([ex[0].max(), ex[2].max()])     # on the device: no read-back
+        init_ints(ex, INT_MIN, INT_MAX, INT_MIN, INT_MAX)
+        column_exponents(A, ex[0], ex[1])
+        column_exponents(Bt, ex[2], ex[3])
         loader.get_function("scaling.cu", "oz_equilibrate")(
-            (blocks(k),), (256,), (ex[0], ex[1], ex[2], ex[3], top, np.int32(k), S))
+            (1,), (1024,), (ex[0], ex[1], ex[2], ex[3], np.int32(k), S))
     return S, ex[0], ex[2]
 
 
@@ -163,24 +170,22 @@ class Side:
     hi: object = None
 
 
-def side_statistics(X, S, ks, mode) -> Side:
+def side_statistics(X, S, ks, mode, gmax=None) -> Side:
     """Row exponents, exact thresholds and non-zero counts of the equilibrated rows of
-    ``X`` (``x 2^(ks S_k)``), and fast mode's sums of squares."""
+    ``X`` (``x 2^(ks S_k)``), and fast mode's sums of squares; ``gmax[0]`` (when given)
+    is raised above 1024 when a row holds Inf/NaN."""
     rows, cols = X.shape
     st = cupy.empty((6, rows), dtype=np.int32)
+    init_ints(st, INT_MIN, INT_MIN, 0, 0, cols, -1)
     E, Xt, n, SA, lo, hi = st[0], st[1], st[2], st[3], st[4], st[5]
-    E.fill(INT_MIN)
-    Xt.fill(INT_MIN)
-    n.fill(0)
-    SA.fill(0)
-    lo.fill(cols)
-    hi.fill(-1)
     Xr, rs, cs, rf = as_rows(X) if rows and cols else (X, 0, 0, 0)
     if rows and cols:
+        if gmax is None:
+            gmax = cupy.full(1, INT_MIN, dtype=np.int32)
         loader.get_function("scaling.cu", "oz_row_stats")(
             _reduce_grid(rows, cols, rf), (32, 8),
             (Xr, rs, cs, np.int32(rows), np.int32(cols), rf, S, np.int32(ks), E, Xt, n,
-             lo, hi))
+             lo, hi, gmax))
     if rows:
         loader.get_function("scaling.cu", "oz_zero_rows")((blocks(rows),), (256,),
                                                           (E, np.int32(rows)))
@@ -193,13 +198,6 @@ def side_statistics(X, S, ks, mode) -> Side:
                 (Xr, rs, cs, np.int32(rows), np.int32(cols), rf, S, np.int32(ks), E,
                  np.int32(fast_quant_bits(cols)), side.Sq))
     return side
-
-
-def max_exponent(a: Side, b: Side):
-    """Device scalar: the largest row exponent of either operand (above 1024: Inf/NaN)."""
-    parts = [x.E.max() for x in (a, b) if x.E.size]
-    return cupy.maximum(*parts) if len(parts) == 2 else (parts[0] if parts else
-                                                          cupy.zeros((), np.int32))
 
 
 # --------------------------------------------------------------------------- bound GEMM
