@@ -528,7 +528,10 @@ __device__ __forceinline__ bool oz_overlap(const int *__restrict__ lo, const int
 // a typical element instead of a scan from the smallest count. With fixed >= 0 only that
 // count is tested (a fixed moduli= plan): out[1] += elements failing it.
 // fa, fb: the c-major factor tables of oz_cert_factors (row strides arows, bcols).
-// Grid: (cols / 32, rows / 8), block (32, 8): a warp is one row.
+// Block (32, 8), grid (cols / 32, rows / OZ_CR): a thread owns one column and walks
+// OZ_CR / 8 rows, keeping its column's factors at the guess and the count below it in
+// registers (a warp reads each row's factors once, as a broadcast).
+#define OZ_CR 128
 template <class T>
 __device__ __forceinline__ void oz_cert_counts(const T *__restrict__ P, i64 ldp, int rows,
                                                int cols, const double *__restrict__ fa,
@@ -542,41 +545,53 @@ __device__ __forceinline__ void oz_cert_counts(const T *__restrict__ P, i64 ldp,
                                                double cfac, int guess, int fixed,
                                                int *__restrict__ out) {
     int col = blockIdx.x * 32 + threadIdx.x;
-    int row = blockIdx.y * 8 + threadIdx.y;
-    int need = 0, none = 0;
-    if (row < rows && col < cols && !oz_overlap(loA, hiA, row, loB, hiB, col)) {
-        need = OZ_NLO;                       // exact: passes at every count
-    } else if (row < rows && col < cols) {
-        double cp = __dmul_rn(cfac, (double)P[(i64)row * ldp + col]);
-        double qai = qa[row], qbj = qb[col];
-        auto test = [&](int c) {
-            double x = __dadd_rn(__dmul_rn(fa[(i64)c * arows + row], qbj),
-                                 __dmul_rn(qai, fb[(i64)c * bcols + col]));
-            return oz_passes(x, cp);
-        };
-        if (fixed >= 0) {
-            need = test(fixed) ? OZ_NLO + fixed : 0;
-        } else {
-            int c = guess;
-            if (test(c)) {
-                while (c > 0 && test(c - 1)) --c;
-                need = OZ_NLO + c;
+    int need_max = 0, none = 0;
+    if (col < cols) {
+        int g = fixed >= 0 ? fixed : guess;
+        int g1 = g > 0 ? g - 1 : 0;
+        double qbj = qb[col];
+        double fbg = fb[(i64)g * bcols + col], fbg1 = fb[(i64)g1 * bcols + col];
+        int lob = loB[col], hib = hiB[col];
+        int r0 = blockIdx.y * OZ_CR, r1 = min(rows, r0 + OZ_CR);
+        for (int row = r0 + threadIdx.y; row < r1; row += 8) {
+            int need;
+            if (max(loA[row], lob) > min(hiA[row], hib)) {
+                need = OZ_NLO;                      // no overlap: exact at every count
             } else {
-                ++c;
-                while (c < OZ_NN && !test(c)) ++c;
-                need = c < OZ_NN ? OZ_NLO + c : 0;
+                double cp = __dmul_rn(cfac, (double)P[(i64)row * ldp + col]);
+                double qai = qa[row];
+                auto test = [&](int c, double fbc) {
+                    double x = __dadd_rn(__dmul_rn(fa[(i64)c * arows + row], qbj),
+                                         __dmul_rn(qai, fbc));
+                    return oz_passes(x, cp);
+                };
+                if (fixed >= 0) {
+                    need = test(g, fbg) ? OZ_NLO + g : 0;
+                } else if (test(g, fbg)) {
+                    int c = g;
+                    if (c > 0 && test(g1, fbg1)) {
+                        c = g1;
+                        while (c > 0 && test(c - 1, fb[(i64)(c - 1) * bcols + col])) --c;
+                    }
+                    need = OZ_NLO + c;
+                } else {
+                    int c = g + 1;
+                    while (c < OZ_NN && !test(c, fb[(i64)c * bcols + col])) ++c;
+                    need = c < OZ_NN ? OZ_NLO + c : 0;
+                }
             }
+            need_max = max(need_max, need);
+            none += need == 0;
         }
-        none = need == 0;
     }
     for (int off = 16; off > 0; off >>= 1) {
-        need = max(need, __shfl_xor_sync(0xffffffffu, need, off));
+        need_max = max(need_max, __shfl_xor_sync(0xffffffffu, need_max, off));
         none += __shfl_xor_sync(0xffffffffu, none, off);
     }
     // Nearly every warp finds the same count: read before the atomic, so that one address
     // is not hit by every warp of the grid.
     if ((threadIdx.x & 31) == 0) {
-        if (need && need > *((volatile int *)out)) atomicMax(out, need);
+        if (need_max && need_max > *((volatile int *)out)) atomicMax(out, need_max);
         if (none) atomicAdd(out + 1, none);
     }
 }

@@ -44,6 +44,14 @@ def stages(A, B, mode="accurate"):
 
     out["bound GEMM + kept bits"] = median_device_time(bound, 5)
     bm = bound()
+    # its parts
+    out["  quantise A and B"] = median_device_time(lambda: (
+        scaling.quantize_down_into(a, S, (0, m), bm.QA, sums=False),
+        scaling.quantize_down_into(b, S, (0, n), bm.QB, sums=False)), 5)
+    out["  bound GEMM"] = median_device_time(
+        lambda: scaling.bound_tile_into(bm.QA, bm.QB, m, n, kpad, bm.P, bm.P32), 5)
+    out["  kept bits (rowmax, colmin)"] = median_device_time(
+        lambda: scaling.kept_bits(a, b, bm, tiles, mode), 5)
     out["certificate count"] = median_device_time(
         lambda: certificate.counts_into(a, b, bm, tiles, k, st), 5)
     return out

@@ -22,6 +22,10 @@ from ._common import blocks
 from .scaling import COUNTS, BoundMatrix, Side
 
 
+#: Rows per block of the count kernel (kernels/scaling.cu OZ_CR).
+_CR = 128
+
+
 def _factors(side: Side):
     """``(f, q)``: the per-count factor table (19 x rows) and ``SA + n`` of one operand."""
     rows = side.E.shape[0]
@@ -50,7 +54,7 @@ def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status, fixed=None)
     fix = np.int32(-1 if fixed is None else fixed - COUNTS[0])
     for (i0, i1, j0, j1) in tiles:
         P = bm.tile(i0, i1, j0, j1)
-        grid = (-(-(j1 - j0) // 32), -(-(i1 - i0) // 8))
+        grid = (-(-(j1 - j0) // 32), -(-(i1 - i0) // _CR))
         fn(grid, (32, 8), (P, np.int64(P.shape[1]), np.int32(i1 - i0), np.int32(j1 - j0),
                            fa[0, i0:], qa[i0:i1], np.int32(m), fb[0, j0:], qb[j0:j1],
                            np.int32(n), a.lo[i0:i1], a.hi[i0:i1], b.lo[j0:j1], b.hi[j0:j1],
