@@ -15,7 +15,7 @@ typedef signed char i8;
 #define OZ_INT_MAX 2147483647
 #define OZ_MASK52 0x000FFFFFFFFFFFFFull
 
-// The moduli of ozaki_backend/spec/moduli.py, in order (tests/test_cuda_sources.py checks
+// The moduli of ozaki_backend/spec/moduli.py, in order (tests/cuda/test_cuda_sources.py checks
 // that the two tables agree).
 #define OZ_MAX_MODULI 20
 __host__ __device__ constexpr u32 oz_modulus(int l) {

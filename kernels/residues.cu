@@ -34,7 +34,7 @@
 //       digit: |y| < 2^52; two: |y| < 2^43 (1 + 127) = 2^50; three: |y| < 2^43 +
 //       127 (2^43 + 2^42) < 2^51. Each partial sum is such an integer: each fma exact.
 //   (2) t = fma(y, inv, 1.5 2^52), inv = fl(1/p) (the table oz_inv_tab, checked by
-//       tests/test_cuda_residues_fast.py). 2^-8 < 1/p < 2^-7, so |inv - 1/p| <= 2^-61
+//       tests/cuda/test_cuda_residues_fast.py). 2^-8 < 1/p < 2^-7, so |inv - 1/p| <= 2^-61
 //       and |y inv - y/p| < 2^52 2^-61 = 2^-9 < 1/(2p). Write y/p = n + j/p with j the
 //       symmetric residue, |j| <= (p-1)/2: y/p is at least 1/2 - (p-1)/(2p) = 1/(2p)
 //       from every half-integer, so the exact y inv lies strictly inside

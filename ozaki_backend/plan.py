@@ -24,8 +24,8 @@ import numpy as np
 
 from . import _options
 from .spec.moduli import KSPLIT, MAX_MODULI, MIN_MODULI, MODULI
-from .spec.rules import (CERT_C, certificate_factor, expected_moduli, guaranteed_bits,
-                         moduli_for_bits)
+from .spec.rules import (CERT_C, CERT_DIV, CERT_SMALL, CERT_SMALL_DIV, certificate_factor,
+                         expected_moduli, guaranteed_bits, moduli_for_bits)
 from .spec.seed import K_CHUNK_MAX as PHASE22_KCHUNK
 from .spec.seed import PRIMES as PHASE22_PRIMES
 
@@ -158,13 +158,15 @@ class Plan:
         else:
             N = MAX_MODULI
             self.adaptive = True
-            rule = (f"precision='fp64': per call the fewest moduli ({MIN_MODULI}-{N}) whose "
-                    f"error certificate meets c_k u (|A||B|)_ij, c_k = min(k-1, {CERT_C}) = "
-                    f"{certificate_factor(kk)}; if {N} do not, the residual pass, then the "
-                    f"native GEMM (docs/spec.md section 10)")
+            c = certificate_factor(kk, m * n)
+            rule = (f"precision='fp64': per call the fewest moduli ({MIN_MODULI}-{N}) "
+                    f"whose error certificate meets c u (|A||B|)_ij for the truncation, "
+                    f"c = min(k-1, {CERT_C}, isqrt(k)/{CERT_DIV if m * n >= CERT_SMALL else CERT_SMALL_DIV}) "
+                    f"= {c:g}; if {N} do not, the residual pass, then the native GEMM "
+                    f"(docs/spec.md section 10)")
         self.moduli = MODULI[:N]
         self.moduli_range = (MIN_MODULI, N) if self.adaptive else (N, N)
-        self.expected_moduli = expected_moduli(kk) if self.adaptive else N
+        self.expected_moduli = expected_moduli(kk, m * n) if self.adaptive else N
         self.bits = guaranteed_bits(self.expected_moduli, kk)
         self.rule = rule
         self.k_chunk = min(KSPLIT, kk)

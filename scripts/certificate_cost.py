@@ -57,9 +57,31 @@ def stages(A, B, mode="accurate"):
     return out
 
 
+def counts(rng):
+    """The moduli counts the certificate picks (issue table: k = 1024, 8192, 65536 on
+    N(0,1) and phi = 1 data), for a small (128 x 128) and a large (2048 x 2048) output,
+    both modes."""
+    print("moduli chosen (fast / accurate)")
+    for mn in (128, 2048):
+        for k in (1024, 8192, 65536):
+            row = []
+            for label in ("N(0,1)", "phi=1"):
+                if label == "N(0,1)":
+                    A, B = rng.standard_normal((mn, k)), rng.standard_normal((k, mn))
+                else:
+                    A, B = ((rng.random(sh) - 0.5) * cupy.exp(rng.standard_normal(sh))
+                            for sh in ((mn, k), (k, mn)))
+                got = [ob.plan(mn, mn, k, mode=mode).moduli_for(A, B)
+                       for mode in ("fast", "accurate")]
+                row.append(f"{label} {got[0]}/{got[1]}")
+            print(f"  {mn} x {k} x {mn}: " + ", ".join(row))
+            sys.stdout.flush()
+
+
 def main(argv):
     sizes = [int(x) for x in argv] or [4096, 8192]
     rng = cupy.random.default_rng(0)
+    counts(rng)
     for n in sizes:
         for label, (A, B) in (
                 ("N(0,1)", (rng.standard_normal((n, n)), rng.standard_normal((n, n)))),

@@ -1,5 +1,11 @@
-"""Shared pytest configuration: GPU tests skip cleanly where CuPy or a GPU is missing;
-the dispatch tests' clean-state fixtures."""
+"""Shared pytest configuration for every folder under ``tests/``: GPU tests skip cleanly
+where CuPy or a GPU is missing; the dispatch tests' clean-state fixtures.
+
+The tests sit in one folder per layer (``spec``, ``reference``, ``cuda``, ``dispatch``,
+``api``, ``tools``) without ``__init__.py`` files, so test module names are unique
+across folders. Pytest's default import mode puts this folder on ``sys.path``, so the
+shared helpers beside this file import by name: ``from bits import assert_same_bits``,
+``from import_graph import import_graph``."""
 
 import pytest
 

@@ -49,8 +49,8 @@ def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status, fixed=None)
     # The factor tables are count-major (19 x rows): a tile passes the address of its
     # first row in table 0 (a 1-D view) and the kernel steps by the full row count.
     fn = bm.kernel("oz_cert_counts")
-    cfac = np.float64(certificate_factor(k))
-    guess = np.int32(expected_moduli(k) - COUNTS[0])
+    cfac = np.float64(certificate_factor(k, m * n))
+    guess = np.int32(expected_moduli(k, m * n) - COUNTS[0])
     fix = np.int32(-1 if fixed is None else fixed - COUNTS[0])
     for (i0, i1, j0, j1) in tiles:
         P = bm.tile(i0, i1, j0, j1)
@@ -67,7 +67,7 @@ def certify_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, s, t, C, *, bound=
     ``bound`` (when given, any strides) and the a-posteriori failures added to
     ``failures[0]`` (when given)."""
     fn = bm.kernel("oz_certify")
-    cu = np.float64(certificate_factor(k) * U64)
+    cu = np.float64(certificate_factor(k, a.E.shape[0] * b.E.shape[0]) * U64)
     for (i0, i1, j0, j1) in tiles:
         P = bm.tile(i0, i1, j0, j1)
         Cv = C[i0:i1, j0:j1]

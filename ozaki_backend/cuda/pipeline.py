@@ -280,17 +280,18 @@ def residual_pass(prep: Prepared, n_moduli, d, C1):
     run1, T1 = _fixed_product(A - At, B, MAX_MODULI, prep.mode)
     run2, T2 = _fixed_product(At, B - Bt, MAX_MODULI, prep.mode)
     tot = spec.up(T1 + T2)
-    if not bool(spec.meets_target(d, tot, C1).all()):
+    if not bool(spec.meets_target(d, tot, tot, C1).all()):
         return None
     R1 = run1()
     R2 = run2()
     Sm = C1 + R1
     C = Sm + R2
-    for part in (C1, R1, R2, Sm, C):
+    for part in (C1, R1, R2, Sm):
         tot = spec.up(tot + spec.rounding_bound(part))
-    if not bool(spec.meets_target(d, tot, C).all()):
+    bound = spec.up(tot + spec.rounding_bound(C))
+    if not bool(spec.meets_target(d, tot, bound, C).all()):
         return None
-    return C, tot
+    return C, bound
 
 
 def product_into(A, B, plan, out, *, alpha=1.0, beta=0.0, C0=None, phases=None,

@@ -197,7 +197,7 @@ def _info() -> dict:
     from ..plan import Plan
     from ..registry import cuda_availability as availability
     from ..spec.moduli import MODULI
-    from ..spec.rules import CERT_C, EXPECTED_BITS
+    from ..spec.rules import CERT_C, CERT_DIV, CERT_SMALL, CERT_SMALL_DIV, EXPECTED_BITS
     from . import config as _config
     from . import costmodel, loophook, numpy_wrappers, patches, routing
     from . import env as _env
@@ -243,10 +243,12 @@ def _info() -> dict:
                        **{k: getattr(model, k) for k in model.PARAMS},
                        "floor_mnk": model.floor(), "cubes": cross},
         "moduli": {"table": list(MODULI),
-                   "fp64": {"rule": "per product, the fewest moduli whose certificate meets "
-                                    f"min(k-1, sqrt(k), {CERT_C}) u |A||B|; then the "
-                                    "residual pass, then native",
-                            "expected": {str(k): Plan(1, 1, k).expected_moduli
+                   "fp64": {"rule": "per product, the fewest moduli whose certificate "
+                                    "bounds the truncation error by c u |A||B|, c = "
+                                    f"min(k-1, {CERT_C}, isqrt(k)/{CERT_DIV}) ("
+                                    f"isqrt(k)/{CERT_SMALL_DIV} below {CERT_SMALL} "
+                                    "elements); then the residual pass, then native",
+                            "expected": {str(k): Plan(256, 256, k).expected_moduli
                                          for k in (64, 1024, 8192, 65536)},
                             "expected_bits": EXPECTED_BITS}},
         "intercepted": {
@@ -329,7 +331,7 @@ def info_main(argv) -> int:
     w(f"\nmoduli table ({len(mod['table'])}): {', '.join(map(str, mod['table']))}\n")
     fp = mod["fp64"]
     w(f"  precision='fp64': {fp['rule']}\n")
-    w("    ordinary data (expected count): "
+    w("    ordinary data, 256 x 256 outputs and larger (expected count): "
       + ", ".join(f"k={k}: {n}" for k, n in fp["expected"].items()) + "\n")
     w("\nintercepted inside a scope:\n")
     for k, v in info["intercepted"].items():

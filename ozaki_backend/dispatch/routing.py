@@ -27,6 +27,7 @@ from functools import lru_cache
 from operator import itemgetter
 
 from .. import registry
+from ..spec.rules import CERT_SMALL
 from .costmodel import cost_model
 
 
@@ -131,10 +132,10 @@ def resolve_engine(config) -> tuple[str, str]:
 
 
 @lru_cache(maxsize=256)
-def _plan_counts(k: int, opts_key: tuple) -> tuple[int, int]:
+def _plan_counts(k: int, mn: int, opts_key: tuple) -> tuple[int, int]:
     from ..plan import Plan
 
-    p = Plan(1, 1, k, **dict(opts_key))
+    p = Plan(1, mn, k, **dict(opts_key))
     # precision="fp64" picks its count per product (the certificate's): the estimate
     # assumes ordinary data, i.e. the plan's expected count.
     N = p.expected_moduli
@@ -166,7 +167,9 @@ def decide(config, m: int, n: int, k: int, batch: int = 1, entry: str = "") -> D
         return _made(False, f"engine='auto' with {why} and min_size='auto': emulation "
                      "on the host is slower than BLAS; set min_size to route anyway", None,
                      *where)
-    n_gemms, n_mod = _plan_counts(k, tuple(sorted(config.opts.items())))
+    # The estimate depends on the output size only through the certificate's factor,
+    # which has two regimes (below and above CERT_SMALL elements).
+    n_gemms, n_mod = _plan_counts(k, min(m * n, CERT_SMALL), tuple(sorted(config.opts.items())))
     model = cost_model()
     t_host = model.host_seconds(m, n, k, batch)
     t_emu = model.emulated_seconds(m, n, k, batch, n_gemms, n_mod)

@@ -33,8 +33,8 @@ def certified(st: scaling.Statistics, n_moduli: int, mode: str) -> bool:
 
 
 def element_counts(st: scaling.Statistics, mode: str):
-    """int64 ``(m, n)``: for each element the fewest moduli in ``[2, 20]`` whose a-priori
-    test it passes, or 0 when none does (``docs/spec.md`` §10.3).
+    """int64 ``(m, n)``: for each element the fewest moduli in ``[2, 20]`` whose
+    a-priori test it passes, or 0 when none does (``docs/spec.md`` §10.3).
 
     The test is monotone in the count (every shift is non-decreasing in it), so one
     sweep upwards finds each element's count; it stops once every element has one.

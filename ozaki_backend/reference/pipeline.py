@@ -106,25 +106,27 @@ def residual_pass(A, B, st, mode, n_moduli, C1):
     run2, T2 = _residual_term(At, B - Bt, mode)
     with np.errstate(over="ignore"):
         tot = spec.up(T1 + T2)
-    if not spec.meets_target(d, tot, C1).all():
+    if not spec.meets_target(d, tot, tot, C1).all():
         return None
     R1 = run1()
     R2 = run2()
     S = C1 + R1
     C = S + R2
     with np.errstate(over="ignore"):
-        for part in (C1, R1, R2, S, C):
+        for part in (C1, R1, R2, S):
             tot = spec.up(tot + spec.rounding_bound(part))
-    if not spec.meets_target(d, tot, C).all():
+        bound = spec.up(tot + spec.rounding_bound(C))
+    if not spec.meets_target(d, tot, bound, C).all():
         return None
-    return C, tot
+    return C, bound
 
 
 def _escalate(A0, B0, A, B, plan, st, res, want_bound):
     """Some element passes no a-priori test: the computed result tested a posteriori,
     then the residual pass, then the native product (``docs/spec.md`` §10.4)."""
     d = certificate.data(st)
-    if spec.meets_target(d, res.bound, res.C).all():
+    s, t = scaling.shifts(st, res.n_moduli, plan.mode)
+    if spec.meets_target(d, spec.truncation_bound(d, s, t), res.bound, res.C).all():
         return res._replace(outcome=CERTIFIED, bound=res.bound if want_bound else None)
     rp = residual_pass(A, B, st, plan.mode, res.n_moduli, res.C)
     if rp is not None:

@@ -22,8 +22,10 @@ integer times a power of two below 2^53)
 (``b_i = s_i + E_i``, ``b'_j = t_j + F_j``), computed as one rounded sum ``x_ij``; the
 true value is below ``up(x_ij)`` (or 0 with ``x_ij``).
 
-The **target** is ``c_k u L_ij`` with ``L_ij = 2^{E_i+F_j-14} P_ij <= (|A||B|)_ij``,
-``u = 2^-53`` and ``c_k = min(k - 1, 16)``; in the same units as ``x``: ``c_k P_ij``.
+The **target** is ``c u L_ij`` with ``L_ij = 2^{E_i+F_j-14} P_ij <= (|A||B|)_ij``,
+``u = 2^-53`` and ``c`` of :func:`~.rules.certificate_factor`; in the same units as
+``x``: ``c P_ij``. It limits the method error only; the final rounding ``u |C_ij|`` comes
+on top (``docs/spec.md`` §10.2).
 """
 
 from __future__ import annotations
@@ -122,10 +124,15 @@ def excess(d: CertData, s, t):
     return xp.where(overlap(d), x, 0.0)
 
 
+def factor(d: CertData) -> float:
+    """The target's factor ``c`` of this product (:func:`~.rules.certificate_factor`)."""
+    return certificate_factor(d.k, d.P.shape[0] * d.P.shape[1])
+
+
 def passes(d: CertData, s, t):
     """Bool ``(m, n)``: the a-priori test ``T_ij <= c_k u L_ij`` at ``(s, t)``."""
     x = excess(d, s, t)
-    return (x == 0) | (up(x) <= certificate_factor(d.k) * d.P)
+    return (x == 0) | (up(x) <= factor(d) * d.P)
 
 
 def truncation_bound(d: CertData, s, t):
@@ -157,9 +164,11 @@ def lower_product(d: CertData):
         return down(_scaled(d.P, d.E[:, None] + d.F[None, :] - 14))
 
 
-def meets_target(d: CertData, bound, C):
-    """Bool ``(m, n)``: the a-posteriori test of a computed ``C`` with error bound
-    ``bound`` (``docs/spec.md`` §10.4): ``bound <= c_k u max(L, |C| - bound)``.
+def meets_target(d: CertData, method, bound, C):
+    """Bool ``(m, n)``: the a-posteriori test of a computed ``C`` (``docs/spec.md``
+    §10.4): its method error (every error but the final rounding: the truncation bound,
+    plus the residual pass's intermediate roundings) against the target,
+    ``method <= c u max(L, |C| - bound)``, where ``bound`` is the full error bound.
 
     ``|C| - bound`` is a second lower bound of ``(|A||B|)_ij``, since
     ``|A||B| >= |AB| >= |C| - |C - AB|``: it covers elements whose bound-GEMM lower bound
@@ -167,12 +176,12 @@ def meets_target(d: CertData, bound, C):
     accurate relative to itself.
     """
     xp = _xp(C)
-    c = certificate_factor(d.k)
+    c = factor(d)
     with np.errstate(over="ignore", invalid="ignore"):
         gap = down(xp.abs(C) - bound)
         low = xp.maximum(lower_product(d), gap)
         goal = down(c * U64 * low)
-    return (bound == 0) | (bound <= goal)
+    return (method == 0) | (method <= goal)
 
 
 def upper_product(d: CertData):

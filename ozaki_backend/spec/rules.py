@@ -18,23 +18,44 @@ BOUND_D = 7
 #: Longest k whose bound GEMM is exact in int32: ``k * 127**2 <= 2**31 - 1``.
 BOUND_KMAX = (2 ** 31 - 1) // (2 ** BOUND_D - 1) ** 2
 
-#: The certificate's target constant (``docs/spec.md`` §10.2): the certified truncation
-#: error of ``C_ij`` is at most ``c_k`` units of roundoff times ``(|A||B|)_ij`` with
-#: ``c_k = min(k - 1, floor(sqrt(k)), CERT_C)``.
+#: The certificate's target (``docs/spec.md`` §10.2): the certified truncation error of
+#: ``C_ij`` is at most ``c u (|A||B|)_ij`` with ``c = min(k - 1, CERT_C, isqrt(k) / d)``,
+#: ``d = CERT_DIV`` for outputs of at least ``CERT_SMALL`` elements, ``CERT_SMALL_DIV``
+#: below.
 CERT_C = 16
+CERT_DIV = 8
+CERT_SMALL = 2 ** 16
+CERT_SMALL_DIV = 32
 
 
-def certificate_factor(k: int) -> int:
-    """``c_k = min(k - 1, floor(sqrt(k)), CERT_C)``.
+def certificate_factor(k: int, elements: int) -> float:
+    """The certificate's factor ``c`` of a product with reduction length ``k`` and
+    ``elements = m n`` output elements: ``min(k - 1, CERT_C, isqrt(k) / d)``, ``d = 8``
+    (32 when ``m n < 2**16``); 0 for ``k <= 1``. A float with at most ten significant
+    bits (a multiple of 1/32 below 16), so ``c * P`` and ``c * u`` are the same IEEE
+    operation on both engines.
 
-    ``c_k <= k - 1`` makes the target imply the bound ``gamma_k (|A||B|)_ij`` that every
-    correct DGEMM satisfies; ``c_k <= sqrt(k)`` follows what native DGEMM achieves in
-    practice (its rounding errors grow like ``sqrt(k) u |A||B|`` on data of random sign),
-    so that short products are as accurate as native ones too; ``CERT_C`` keeps long
-    ones within a factor 2 of native's measured error (``docs/precision.md``).
+    Why this shape (``docs/precision.md``, "How the target was chosen"):
+
+    * ``c <= k - 1``: with the final rounding, ``(c + 1) u <= gamma_k``, so a certified
+      product meets the bound ``gamma_k (|A||B|)_ij`` of every correct DGEMM.
+    * ``c`` grows like ``sqrt(k)``: a truncation error bound of ``c u (|A||B|)_ij`` made of
+      ``k`` terms of random sign gives errors near ``c u (|A||B|)_ij / sqrt(k)``, while
+      native DGEMM's rounding errors are near ``u (|A||B|)_ij``; ``sqrt(k) / 8`` keeps the
+      emulation's typical error an eighth of native's at every ``k``.
+    * a four times tighter target for small outputs: the max relative error of a
+      product with few elements is decided by one or two strongly cancelling
+      elements, where native's error is a single draw that is sometimes far below its
+      typical size; the margin covers those draws (measured: ``docs/precision.md``).
+      Small products are cheap, so the extra modulus it sometimes costs is too.
+    * ``CERT_C`` caps it (from ``k = 16384``) at the largest factor whose measured
+      errors stay within the factor-2 goal at ``k = 65536``.
     """
     k = int(k)
-    return max(0, min(k - 1, math.isqrt(max(k, 0)), CERT_C))
+    if k <= 1:
+        return 0.0
+    d = CERT_DIV if int(elements) >= CERT_SMALL else CERT_SMALL_DIV
+    return float(min(k - 1, CERT_C, math.isqrt(k) / d))
 
 
 def fast_quant_bits(k: int) -> int:
@@ -64,12 +85,18 @@ def moduli_for_bits(bits: int, k: int) -> int:
 
 # --------------------------------------------------------------------- precision="fp64"
 
-def expected_moduli(k: int) -> int:
+def expected_moduli(k: int, elements: int = CERT_SMALL) -> int:
     """The moduli count ``precision="fp64"`` certifies with on ordinary data (entries
-    of one order of magnitude, as N(0,1)): the fewest whose guaranteed bits reach
-    ``EXPECTED_BITS``. Only an estimate (the cost model's, and the printed plan's); the
-    count of a product is always its certificate's (``docs/spec.md`` §10.3)."""
-    return moduli_for_bits(EXPECTED_BITS, k)
+    of one order of magnitude, as N(0,1)) for a product of reduction length ``k`` and
+    ``elements = m n`` output elements: the fewest whose guaranteed bits reach
+    ``EXPECTED_BITS`` at the factor ``CERT_C``, plus half a bit per halving of the
+    target's factor below it (each operand keeps half of the extra bits the product
+    needs), rounded. Only an estimate (the cost model's, the printed plan's and the
+    GPU's starting point of the count search); the count of a product is always its
+    certificate's (``docs/spec.md`` §10.3)."""
+    c = certificate_factor(k, elements)
+    extra = round(math.log2(CERT_C / c) / 2) if c > 0 else 0
+    return moduli_for_bits(EXPECTED_BITS + extra, k)
 
 
 #: Guaranteed bits per operand at which ordinary data certifies (measured on N(0,1)

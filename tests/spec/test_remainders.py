@@ -2,7 +2,7 @@
 
 The kernel (``kernels/modprod.cu``) reduces int32 accumulators with the constants of
 :mod:`ozaki_backend.spec.remainders`; these tests check the constants and their ranges with
-Python integers (no GPU). ``tests/test_cuda_modprod.py`` runs the kernel itself at the
+Python integers (no GPU). ``tests/cuda/test_cuda_modprod.py`` runs the kernel itself at the
 largest accumulators.
 """
 
@@ -16,7 +16,7 @@ from ozaki_backend.spec.moduli import MODULI
 from ozaki_backend.spec.seed import PRIMES as PHASE22_PRIMES
 
 ALL = sorted(set(MODULI) | set(PHASE22_PRIMES))
-KERNEL = Path(__file__).resolve().parents[1] / "kernels" / "modprod.cu"
+KERNEL = Path(__file__).resolve().parents[2] / "kernels" / "modprod.cu"
 
 
 def test_ranges_fit_the_kernel_arithmetic():

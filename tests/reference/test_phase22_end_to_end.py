@@ -43,6 +43,8 @@ import ozaki_backend as ob
 from ozaki_backend.spec import seed as T
 from ozaki_backend.reference import phase22 as P
 
+from bits import assert_same_bits
+
 U = 2.0 ** -53
 
 
@@ -107,10 +109,6 @@ def run(A, B, residual=False, **kw):
     return P.matmul_2d(A, B, ob.plan(m, n, k, scheme="phase22", residual=residual), **kw)
 
 
-def same_bits(X, Y):
-    return X.shape == Y.shape and np.array_equal(X.view(np.int64), Y.view(np.int64))
-
-
 # -------------------------------------------------------------------------- tests
 
 
@@ -130,7 +128,7 @@ def test_uniform_random_within_bound(m, k, n):
     err, bnd = max_error_and_check(C, A, B)
     assert err > 0  # the scheme keeps ~34 bits: it is not exact on random data
     # the result is a pure function of the data: forcing all 7 primes changes no bit
-    assert same_bits(C, run(A, B, force_nl=7))
+    assert_same_bits(C, run(A, B, force_nl=7))
 
 
 def test_integer_inputs_are_exact():
@@ -163,7 +161,7 @@ def test_long_k_does_not_overflow():
     # chunk length is invisible in the result (chunk integers are exact)
     p = ob.plan(2, 3, k, scheme="phase22")
     p.k_chunk = 1000
-    assert same_bits(P.matmul_2d(A, B, p), C)
+    assert_same_bits(P.matmul_2d(A, B, p), C)
 
 
 def test_huge_and_tiny_magnitudes_thanks_to_prescale():
@@ -234,7 +232,7 @@ def test_adaptive_nl_small_tile_same_bits_as_nl7():
     assert nl_ll[1, 1] == 6 and nl_hh.tolist() == [[6, 6], [6, 6]]
     assert int(np.abs(tr["loA"][:128]).max()) <= 3
     forced = run(A, B, force_nl=7)
-    assert same_bits(C, forced)
+    assert_same_bits(C, forced)
     max_error_and_check(C[:40, :40], A[:40], B[:, :40])
 
 
@@ -252,7 +250,7 @@ def test_residual_reaches_float64_level():
     assert err1 <= bnd1 < err0
     # main part of the residual result is the bitwise main result
     _, tr = P.matmul_2d_trace(A, B, ob.plan(m, n, k, scheme="phase22", residual=True))
-    assert same_bits(tr["C_main"], C0)
+    assert_same_bits(tr["C_main"], C0)
 
 
 def test_input_validation():
@@ -280,4 +278,4 @@ def test_public_api_routes_phase22_to_this_engine():
             # the tail GEMM is native float64: same machine and call, same bits
             assert np.array_equal(got, want)
         else:
-            assert same_bits(got, want)
+            assert_same_bits(got, want)

@@ -14,6 +14,8 @@ from ozaki_backend.plan import Plan
 from ozaki_backend.spec.seed import PRIMES as PHASE22_PRIMES
 from ozaki_backend.reference.engine import product_2d as ref_2d
 
+from bits import assert_same_bits
+
 cupy = pytest.importorskip("cupy")
 pytestmark = pytest.mark.gpu
 
@@ -183,8 +185,8 @@ def test_fused_path_end_to_end(m, k, n, N, mode):
         product_into(cupy.asarray(A), cupy.asarray(B), plan, out, strategy=strategy)
         outs[strategy] = cupy.asnumpy(out)
     ref = ref_2d(A, B, plan)
-    assert np.array_equal(outs["wgmma"].view(np.int64), outs["cublas"].view(np.int64))
-    assert np.array_equal(outs["wgmma"].view(np.int64), ref.view(np.int64))
+    assert_same_bits(outs["wgmma"], outs["cublas"])
+    assert_same_bits(outs["wgmma"], ref)
 
 
 def test_tuning_choice_is_reported():

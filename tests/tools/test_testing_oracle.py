@@ -15,6 +15,8 @@ import ozaki_backend as ob
 from ozaki_backend.testing import (error_bound, exact_matmul, max_relative_error,
                                    phi_matrix, relative_errors)
 
+from bits import assert_same_bits
+
 U = 2.0**-53
 ETA = 2.0**-1074
 DBL_MAX = np.finfo(np.float64).max
@@ -35,12 +37,6 @@ def fraction_matmul(A, B):
             except OverflowError:
                 out[i, j] = math.inf if s > 0 else -math.inf
     return out
-
-
-def bits_equal(x, y):
-    x = np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    return x.shape == y.shape and np.array_equal(x.view(np.int64), y.view(np.int64))
 
 
 def _random_case(rng, trial):
@@ -70,7 +66,8 @@ def test_oracle_equals_fractions_random(method):
         A, B = _random_case(rng, trial)
         with np.errstate(over="ignore"):
             C = exact_matmul(A, B, method=method)
-        assert bits_equal(C, fraction_matmul(A, B)), (trial, A, B)
+        assert_same_bits(C, fraction_matmul(A, B),
+                         what=f"trial {trial}: A={A!r}, B={B!r}")
 
 
 def test_oracle_split_equals_python_medium():
@@ -82,8 +79,7 @@ def test_oracle_split_equals_python_medium():
         if trial % 2:   # cancellation down to the last bits: [A, -A, 3A] @ [B; B; -B/3]
             A = np.concatenate([A, -A, 3 * A], axis=1)
             B = np.concatenate([B, B, -B / 3], axis=0)
-        assert bits_equal(exact_matmul(A, B, method="split"),
-                          exact_matmul(A, B, method="python"))
+        assert_same_bits(exact_matmul(A, B, method="split"), exact_matmul(A, B, method="python"))
 
 
 def test_oracle_phi4_cancellation_against_fractions():
@@ -96,7 +92,7 @@ def test_oracle_phi4_cancellation_against_fractions():
     A = np.concatenate([A, np.ones((2, 1))], axis=1)
     B = np.concatenate([B, -(A[:1, :k] @ B)], axis=0)
     C = exact_matmul(A, B)
-    assert bits_equal(C, fraction_matmul(A, B))
+    assert_same_bits(C, fraction_matmul(A, B))
     # The oracle's error is at most half an ulp: it differs from native by a lot here.
     assert max_relative_error(A @ B, C) > 1e-6
 
@@ -115,7 +111,7 @@ def test_oracle_ties_and_sticky():
     # Subnormal ties at 2^-1075: 1*2^-1075 -> 0, 3*2^-1075 -> 2^-1073 (even).
     A = np.array([[2.0**-1000, 3 * 2.0**-1000]])
     B = np.array([[2.0**-75, 0.0]]).T
-    assert bits_equal(exact_matmul(A, B), [[0.0]])
+    assert_same_bits(exact_matmul(A, B), [[0.0]])
     B = np.array([[0.0, 2.0**-75]]).T
     assert exact_matmul(A, B)[0, 0] == 2.0**-1073
     # ... and a sticky bit far below breaks the subnormal tie upward.
@@ -146,7 +142,7 @@ def test_oracle_exact_cancellation_and_wide_rows():
         Fraction(1e-300) * 3 + Fraction(5e-324))
     # Exact zero is +0.0.
     A = np.array([[1.5, -1.5]])
-    assert bits_equal(exact_matmul(A, np.ones((2, 1)), method="split"), [[0.0]])
+    assert_same_bits(exact_matmul(A, np.ones((2, 1)), method="split"), [[0.0]])
 
 
 def test_oracle_shapes_and_errors():
@@ -154,12 +150,12 @@ def test_oracle_shapes_and_errors():
     a = rng.standard_normal((2, 3, 4))
     b = rng.standard_normal((4, 5))
     ref = np.stack([fraction_matmul(a[i], b) for i in range(2)])
-    assert bits_equal(exact_matmul(a, b), ref)
+    assert_same_bits(exact_matmul(a, b), ref)
     v = rng.standard_normal(4)
     assert exact_matmul(a, v).shape == (2, 3)
     assert exact_matmul(v, b).shape == (5,)
     assert exact_matmul(v, v).shape == ()
-    assert bits_equal(exact_matmul(np.ones((3, 0)), np.ones((0, 2))), np.zeros((3, 2)))
+    assert_same_bits(exact_matmul(np.ones((3, 0)), np.ones((0, 2))), np.zeros((3, 2)))
     assert exact_matmul(np.ones((0, 3)), np.ones((3, 2))).shape == (0, 2)
     with pytest.raises(ValueError):
         exact_matmul(np.array([[np.nan]]), np.ones((1, 1)))
@@ -204,12 +200,12 @@ def test_phi_generator_minus_one_is_standard_normal():
 def test_phi_generator_reproducible_and_formula():
     a = phi_matrix((3, 4), 2.0, 123)
     b = phi_matrix((3, 4), 2.0, np.random.default_rng(123))
-    assert bits_equal(a, b)
+    assert_same_bits(a, b)
     rng = np.random.default_rng(123)
     u = rng.random((3, 4))
     z = rng.standard_normal((3, 4))
-    assert bits_equal(a, (u - 0.5) * np.exp(2.0 * z))
-    assert bits_equal(phi_matrix(5, -1, 9), np.random.default_rng(9).standard_normal(5))
+    assert_same_bits(a, (u - 0.5) * np.exp(2.0 * z))
+    assert_same_bits(phi_matrix(5, -1, 9), np.random.default_rng(9).standard_normal(5))
 
 
 # --------------------------------------------------------------------------- metric

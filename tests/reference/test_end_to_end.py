@@ -15,16 +15,11 @@ from ozaki_backend.spec.moduli import MAX_MODULI, MIN_MODULI
 from ozaki_backend.testing import (error_bound, exact_matmul, max_relative_error,
                                    phi_matrix)
 
+from bits import assert_same_bits
+
 PHIS = (-1.0, 0.0, 0.5, 1.0, 2.0, 4.0)
 MODES = ("fast", "accurate")
 ENGINE = "cpu"
-
-
-def bits_equal(x, y):
-    x = np.ascontiguousarray(x)
-    y = np.ascontiguousarray(y)
-    return (x.shape == y.shape and x.dtype == y.dtype
-            and np.array_equal(x.view(np.uint8), y.view(np.uint8)))
 
 
 def within_bound(A, B, C, plan, E=None):
@@ -145,7 +140,7 @@ def test_odd_shapes(shape, mode):
 def test_empty_and_k0(mode):
     for (m, k, n) in [(3, 0, 4), (0, 5, 4), (3, 5, 0), (0, 0, 0)]:
         C = emulate(np.ones((m, k)), np.ones((k, n)), mode=mode)
-        assert bits_equal(C, np.zeros((m, n)))       # k = 0: +0.0, as NumPy
+        assert_same_bits(C, np.zeros((m, n)))       # k = 0: +0.0, as NumPy
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -157,8 +152,9 @@ def test_zero_rows_and_columns(mode):
     A[4] = -0.0
     B[:, 3] = 0.0
     C = emulate(A, B, mode=mode)
-    assert bits_equal(C[2], np.zeros(6)) and bits_equal(C[4], np.zeros(6))
-    assert bits_equal(C[:, 3], np.zeros(7))
+    assert_same_bits(C[2], np.zeros(6))
+    assert_same_bits(C[4], np.zeros(6))
+    assert_same_bits(C[:, 3], np.zeros(7))
     ok, _ = within_bound(A, B, C, ob.plan(7, 6, 40, mode=mode))
     assert ok
 
@@ -182,7 +178,7 @@ def test_subnormals(mode):
     # Exactly representable subnormal products come out exact.
     A = np.ldexp(rng.integers(-50, 50, (4, 8)).astype(float), -1070)
     B = rng.integers(-9, 9, (8, 3)).astype(float)
-    assert bits_equal(emulate(A, B, moduli=10, mode=mode), exact_matmul(A, B))
+    assert_same_bits(emulate(A, B, moduli=10, mode=mode), exact_matmul(A, B))
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -203,7 +199,8 @@ def test_extreme_magnitudes(mode):
     B2 = np.full((3, 2), 1e10)
     B2[:, 1] = 1e-10
     C2 = emulate(A2, B2, mode=mode)
-    assert np.isinf(C2[:, 0]).all() and bits_equal(C2, exact_matmul(A2, B2))
+    assert np.isinf(C2[:, 0]).all()
+    assert_same_bits(C2, exact_matmul(A2, B2))
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -233,14 +230,14 @@ def test_small_integer_matrices_are_exact(mode):
     A = rng.integers(-100, 101, (9, k)).astype(float)
     B = rng.integers(-100, 101, (k, 7)).astype(float)
     exact = A @ B                              # integers below 2^53: exact in float64
-    assert bits_equal(exact, exact_matmul(A, B))
+    assert_same_bits(exact, exact_matmul(A, B))
     # 7 bits per entry -> with 20 bits guaranteed nothing is truncated.
     for N in range(MIN_MODULI, MAX_MODULI + 1):
         if ob.plan(9, 7, k, moduli=N, mode=mode).bits >= 8:
-            assert bits_equal(emulate(A, B, moduli=N, mode=mode), exact), N
+            assert_same_bits(emulate(A, B, moduli=N, mode=mode), exact, what=f"moduli={N}")
     # Integer dtypes promoted by float64 operands take the same route.
     Ai = A.astype(np.int64)
-    assert bits_equal(emulate(Ai, B, mode=mode), exact)
+    assert_same_bits(emulate(Ai, B, mode=mode), exact)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -260,16 +257,16 @@ def test_scale_invariance(mode):
         A2 = A.copy()
         A2[3] = np.ldexp(A2[3], e)
         C2 = emulate(A2, B, mode=mode)
-        assert bits_equal(C2[3], np.ldexp(C[3], e)), e
-        assert bits_equal(np.delete(C2, 3, axis=0), np.delete(C, 3, axis=0))
+        assert_same_bits(C2[3], np.ldexp(C[3], e), what=f"e={e}")
+        assert_same_bits(np.delete(C2, 3, axis=0), np.delete(C, 3, axis=0))
         B2 = B.copy()
         B2[:, 4] = np.ldexp(B2[:, 4], e)
         C3 = emulate(A, B2, mode=mode)
-        assert bits_equal(C3[:, 4], np.ldexp(C[:, 4], e)), e
-        assert bits_equal(np.delete(C3, 4, axis=1), np.delete(C, 4, axis=1))
+        assert_same_bits(C3[:, 4], np.ldexp(C[:, 4], e), what=f"e={e}")
+        assert_same_bits(np.delete(C3, 4, axis=1), np.delete(C, 4, axis=1))
     for e in (1, -7, 300, -500):
-        assert bits_equal(emulate(np.ldexp(A, e), B, mode=mode), np.ldexp(C, e)), e
-        assert bits_equal(emulate(A, np.ldexp(B, e), mode=mode), np.ldexp(C, e)), e
+        assert_same_bits(emulate(np.ldexp(A, e), B, mode=mode), np.ldexp(C, e), what=f"e={e}")
+        assert_same_bits(emulate(A, np.ldexp(B, e), mode=mode), np.ldexp(C, e), what=f"e={e}")
 
 
 # ------------------------------------------------------------------ layouts
@@ -284,13 +281,14 @@ def test_stacked_and_broadcast_equal_slicewise(mode):
     assert C.shape == (3, 2, 5, 4)
     for i in range(3):
         for j in range(2):
-            assert bits_equal(C[i, j], emulate(a[i, 0], b[j], mode=mode))
+            assert_same_bits(C[i, j], emulate(a[i, 0], b[j], mode=mode))
     # Each slice has its own exponents: scaling one slice leaves the others alone.
     a2 = a.copy()
     a2[1] *= 2.0**300
     C2 = emulate(a2, b, mode=mode)
-    assert bits_equal(C2[0], C[0]) and bits_equal(C2[2], C[2])
-    assert bits_equal(C2[1], C[1] * 2.0**300)
+    assert_same_bits(C2[0], C[0])
+    assert_same_bits(C2[2], C[2])
+    assert_same_bits(C2[1], C[1] * 2.0**300)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -310,14 +308,15 @@ def test_layouts_and_out_give_identical_bits(mode):
     }
     for name, (a, b) in views.items():
         assert np.array_equal(a, A) and np.array_equal(b, B)
-        assert bits_equal(emulate(a, b, mode=mode), ref), name
+        assert_same_bits(emulate(a, b, mode=mode), ref, what=name)
     out = np.full((30, 20), np.nan)
     res = emulate(A, B, mode=mode, out=out)
-    assert res is out and bits_equal(out, ref)
+    assert res is out
+    assert_same_bits(out, ref)
     outF = np.asfortranarray(np.empty((30, 20)))
     emulate(A, B, mode=mode, out=outF)
-    assert bits_equal(np.ascontiguousarray(outF), ref)
+    assert_same_bits(np.ascontiguousarray(outF), ref)
     big = np.zeros((60, 40))
     emulate(A, B, mode=mode, out=big[::2, ::2])
-    assert bits_equal(np.ascontiguousarray(big[::2, ::2]), ref)
+    assert_same_bits(np.ascontiguousarray(big[::2, ::2]), ref)
     assert not big[1::2].any()

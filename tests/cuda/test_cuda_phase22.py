@@ -17,6 +17,8 @@ from ozaki_backend.spec import seed as T
 from ozaki_backend.plan import Plan
 from ozaki_backend.reference import phase22 as R
 
+from bits import assert_same_bits
+
 cupy = pytest.importorskip("cupy")
 pytestmark = pytest.mark.gpu
 
@@ -32,10 +34,6 @@ KINDS = ("uniform", "wide", "mixed_nl")
 
 def _g(x):
     return cupy.asnumpy(x)
-
-
-def _bits(x):
-    return np.ascontiguousarray(_g(x), dtype=np.float64).view(np.int64)
 
 
 def _data(rng, m, k, kind):
@@ -113,8 +111,8 @@ def test_exponents_and_prescale_match_reference(kind):
         gv, gw, gE, gF = G.prescale(cupy.asarray(Av), cupy.asarray(B))
         np.testing.assert_array_equal(_g(gE), E)
         np.testing.assert_array_equal(_g(gF), F)
-        np.testing.assert_array_equal(_bits(gv), v.view(np.int64))
-        np.testing.assert_array_equal(_bits(gw), w.view(np.int64))
+        assert_same_bits(gv, v)
+        assert_same_bits(gw, w)
 
 
 def test_prescale_subnormal_rounding_and_zero_lines():
@@ -128,8 +126,8 @@ def test_prescale_subnormal_rounding_and_zero_lines():
     gv, gw, gE, gF = G.prescale(cupy.asarray(A), cupy.asarray(B))
     np.testing.assert_array_equal(_g(gE), E)
     np.testing.assert_array_equal(_g(gF), F)
-    np.testing.assert_array_equal(_bits(gv), v.view(np.int64))
-    np.testing.assert_array_equal(_bits(gw), w.view(np.int64))
+    assert_same_bits(gv, v)
+    assert_same_bits(gw, w)
 
 
 # ------------------------------------------------------------------ hi / lo
@@ -152,8 +150,7 @@ def test_split_hi_lo_matches_reference():
         np.testing.assert_array_equal(_g(ghi), hi)
         np.testing.assert_array_equal(_g(glo), lo)
         # the tails' input: recombine exact and equal
-        np.testing.assert_array_equal(_bits(G.recombine(ghi, glo)),
-                                      R.recombine(hi, lo).view(np.int64))
+        assert_same_bits(G.recombine(ghi, glo), R.recombine(hi, lo))
     with pytest.raises(ValueError):
         G.split_hi_lo(cupy.asarray(np.array([[1.0]])))
 
@@ -401,8 +398,8 @@ def test_crt_finalize_fused_matches_reference(nchunks, xin, xout, fin):
         np.testing.assert_array_equal(_g(dX), X0)       # untouched
     if fin:
         acc = R.accumulate_passes(x)
-        np.testing.assert_array_equal(_bits(dacc), acc.view(np.int64))
-        np.testing.assert_array_equal(_bits(dC), R.finalize(acc, E, F).view(np.int64))
+        assert_same_bits(dacc, acc)
+        assert_same_bits(dC, R.finalize(acc, E, F))
 
 
 # ------------------------------------------------------------------ accumulation
@@ -420,7 +417,7 @@ def test_accumulate_passes_matches_reference():
     xs[2][1] = -xs[1][1]  # cancellations
     ref = R.accumulate_passes(xs)
     got = G.accumulate_passes([cupy.asarray(x) for x in xs])
-    np.testing.assert_array_equal(_bits(got), ref.view(np.int64))
+    assert_same_bits(got, ref)
 
 
 def test_finalize_matches_np_ldexp_at_underflow_and_overflow():
@@ -436,14 +433,13 @@ def test_finalize_matches_np_ldexp_at_underflow_and_overflow():
         with np.errstate(over="ignore", under="ignore"):
             ref = R.finalize(acc, E, F)
         got = G.finalize(cupy.asarray(acc), cupy.asarray(E), cupy.asarray(F))
-        np.testing.assert_array_equal(_bits(got), ref.view(np.int64))
+        assert_same_bits(got, ref)
     # ties at the subnormal rounding: (2k+1) 2^-1075 goes to even
     acc = np.array([[1.0, 3.0, 5.0, 7.0, 1.5, -1.0]])
     E = np.array([-1075], dtype=np.int32)
     F = np.zeros(6, dtype=np.int32)
-    np.testing.assert_array_equal(
-        _bits(G.finalize(cupy.asarray(acc), cupy.asarray(E), cupy.asarray(F))),
-        R.finalize(acc, E, F).view(np.int64))
+    assert_same_bits(G.finalize(cupy.asarray(acc), cupy.asarray(E), cupy.asarray(F)),
+                     R.finalize(acc, E, F))
 
 
 # ------------------------------------------------------------------ end to end
@@ -460,12 +456,11 @@ def _check_trace(A, B, plan):
         assert len(gt["nl"][P]) == len(tr["nl"][P])
         for c, ref in enumerate(tr["nl"][P]):
             np.testing.assert_array_equal(_g(gt["nl"][P][c]), ref, err_msg=f"nl {P} {c}")
-    np.testing.assert_array_equal(_bits(gt["acc"]), tr["acc"].view(np.int64))
-    np.testing.assert_array_equal(_bits(gt["C_main"]), tr["C_main"].view(np.int64))
+    assert_same_bits(gt["acc"], tr["acc"])
+    assert_same_bits(gt["C_main"], tr["C_main"])
     if not plan.residual:
-        np.testing.assert_array_equal(_bits(gC), C.view(np.int64))
-        np.testing.assert_array_equal(_bits(G.matmul_2d(cupy.asarray(A), cupy.asarray(B), plan)),
-                                      C.view(np.int64))
+        assert_same_bits(gC, C)
+        assert_same_bits(G.matmul_2d(cupy.asarray(A), cupy.asarray(B), plan), C)
     return tr, gt
 
 
@@ -498,7 +493,7 @@ def test_row_blocks_give_the_same_bits(monkeypatch):
     monkeypatch.setattr(G, "ROW_BLOCK_OVERRIDE", 128)
     _check_trace(A, B, _plan(m, n, k))
     got = G.matmul_2d(cupy.asarray(A), cupy.asarray(B), _plan(m, n, k))
-    np.testing.assert_array_equal(_bits(got), ref.view(np.int64))
+    assert_same_bits(got, ref)
 
 
 @pytest.mark.parametrize("group_max", [1, 2])
@@ -513,8 +508,7 @@ def test_chunk_groups_through_the_int64_sums(monkeypatch, group_max):
     ref = R.matmul_2d(A, B, plan)
     monkeypatch.setattr(G, "GROUP_MAX", group_max)
     assert G.choose_blocks(m, n, k + 11, 3)[1] == group_max
-    np.testing.assert_array_equal(_bits(G.matmul_2d(cupy.asarray(A), cupy.asarray(B), plan)),
-                                  ref.view(np.int64))
+    assert_same_bits(G.matmul_2d(cupy.asarray(A), cupy.asarray(B), plan), ref)
     monkeypatch.setattr(G, "ROW_BLOCK_OVERRIDE", 128)
     _check_trace(A, B, plan)
 
@@ -559,7 +553,7 @@ def test_driver_reads_the_device_once(monkeypatch):
     got = G.matmul_2d(dA, dB, plan)
     monkeypatch.undo()
     assert len(reads) == 1 and reads[0] <= 1 + 2 * (-(-m // 128)), reads
-    np.testing.assert_array_equal(_bits(got), R.matmul_2d(A, B, plan).view(np.int64))
+    assert_same_bits(got, R.matmul_2d(A, B, plan))
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
@@ -572,8 +566,7 @@ def test_strided_operands():
     dA, dB = cupy.asarray(A), cupy.asarray(B)
     for a, b in ((cupy.asfortranarray(dA), dB), (dA, cupy.ascontiguousarray(dB.T).T),
                  (cupy.asarray(np.repeat(A, 2, axis=1))[:, ::2], dB)):
-        np.testing.assert_array_equal(_bits(G.matmul_2d(a, b, _plan(m, n, k))),
-                                      ref.view(np.int64))
+        assert_same_bits(G.matmul_2d(a, b, _plan(m, n, k)), ref)
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
@@ -584,15 +577,14 @@ def test_pipeline_and_public_api_equal_cpu_engine():
         A, B = _operands(m, k, n, kind, 13)
         plan = _plan(m, n, k)
         cpu = ob.matmul(A, B, scheme="phase22", engine="cpu")
-        np.testing.assert_array_equal(_bits(cpu), R.matmul_2d(A, B, plan).view(np.int64))
+        assert_same_bits(cpu, R.matmul_2d(A, B, plan))
         got = pipeline.matmul_2d(cupy.asarray(A), cupy.asarray(B), plan)
-        np.testing.assert_array_equal(_bits(got), _bits(cpu))
-        np.testing.assert_array_equal(_bits(ob.matmul(A, B, scheme="phase22", engine="cuda")),
-                                      _bits(cpu))
+        assert_same_bits(got, cpu)
+        assert_same_bits(ob.matmul(A, B, scheme="phase22", engine="cuda"), cpu)
         gd = ob.matmul(cupy.asarray(A), cupy.asarray(B), scheme="phase22", engine="cuda")
         assert isinstance(gd, cupy.ndarray)
-        np.testing.assert_array_equal(_bits(gd), _bits(cpu))
-        np.testing.assert_array_equal(_bits(plan.matmul(A, B, engine="cuda")), _bits(cpu))
+        assert_same_bits(gd, cpu)
+        assert_same_bits(plan.matmul(A, B, engine="cuda"), cpu)
 
 
 def test_residual_main_part_bitwise_and_tail_within_derived_bound():

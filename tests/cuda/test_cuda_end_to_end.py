@@ -13,6 +13,8 @@ from ozaki_backend.plan import Plan
 from ozaki_backend.semantics import apply_alpha_beta
 from ozaki_backend.reference.engine import product_2d as ref_2d
 
+from bits import assert_same_bits
+
 cupy = pytest.importorskip("cupy")
 pytestmark = pytest.mark.gpu
 
@@ -23,10 +25,6 @@ def _data(rng, m, k, phi=1.0):
     if m > 3:
         A[m // 2] = 0.0
     return A
-
-
-def _bits(x):
-    return np.ascontiguousarray(x, dtype=np.float64).view(np.int64)
 
 
 def _ref(a, b, plan):
@@ -46,10 +44,10 @@ def test_numpy_and_cupy_match_reference(m, k, n, mode):
         ref = _ref(a, b, plan)
         got = plan.matmul(a, b, engine="cuda")
         assert isinstance(got, np.ndarray) and got.flags.c_contiguous
-        np.testing.assert_array_equal(_bits(got), _bits(ref))
+        assert_same_bits(got, ref)
         gd = plan.matmul(cupy.asarray(a), cupy.asarray(b), engine="cuda")
         assert isinstance(gd, cupy.ndarray)
-        np.testing.assert_array_equal(_bits(gd.get()), _bits(ref))
+        assert_same_bits(gd.get(), ref)
 
 
 @pytest.mark.parametrize("mode", ["fast", "accurate"])
@@ -60,7 +58,7 @@ def test_every_moduli_count(mode):
     for N in range(2, 21):
         plan = Plan(45, 38, 61, moduli=N, mode=mode)
         got = plan.matmul(da, db, engine="cuda").get()
-        np.testing.assert_array_equal(_bits(got), _bits(_ref(a, b, plan)), err_msg=f"N={N}")
+        assert_same_bits(got, _ref(a, b, plan), what=f"N={N}")
 
 
 def test_default_precision_plan():
@@ -68,7 +66,7 @@ def test_default_precision_plan():
     a, b = _data(rng, 100, 90), _data(rng, 90, 80)
     got = ozaki_backend.matmul(a, b, engine="cuda")
     plan = ozaki_backend.plan(100, 80, 90)
-    np.testing.assert_array_equal(_bits(got), _bits(_ref(a, b, plan)))
+    assert_same_bits(got, _ref(a, b, plan))
 
 
 @pytest.mark.parametrize("mode", ["fast", "accurate"])
@@ -80,7 +78,7 @@ def test_k_beyond_int32_split(mode):
     plan = Plan(m, n, k, moduli=16, mode=mode)
     assert plan.k_split == 3
     got = plan.matmul(cupy.asarray(a), cupy.asarray(b), engine="cuda").get()
-    np.testing.assert_array_equal(_bits(got), _bits(_ref(a, b, plan)))
+    assert_same_bits(got, _ref(a, b, plan))
 
 
 def test_k_beyond_int32_bound_gemm():
@@ -90,7 +88,7 @@ def test_k_beyond_int32_bound_gemm():
     a, b = rng.random((m, k)), rng.random((k, n))
     plan = Plan(m, n, k, moduli=18, mode="accurate")
     got = plan.matmul(cupy.asarray(a), cupy.asarray(b), engine="cuda").get()
-    np.testing.assert_array_equal(_bits(got), _bits(_ref(a, b, plan)))
+    assert_same_bits(got, _ref(a, b, plan))
 
 
 @pytest.mark.parametrize("mode", ["fast", "accurate"])
@@ -107,14 +105,13 @@ def test_transposed_and_strided_operands(mode):
     a_str = wide[:, ::3]                        # non-contiguous
     b_rev = np.ascontiguousarray(b[::-1])[::-1]  # negative strides
     for x, y in ((aT, b), (a, bT), (aT, bT), (a_str, b), (a, b_rev)):
-        np.testing.assert_array_equal(_bits(plan.matmul(x, y, engine="cuda")), _bits(ref))
+        assert_same_bits(plan.matmul(x, y, engine="cuda"), ref)
         dx, dy = cupy.asarray(x), cupy.asarray(y)
         for gx, gy in ((dx, dy), (cupy.asfortranarray(dx), dy), (dx, cupy.asfortranarray(dy))):
-            np.testing.assert_array_equal(_bits(plan.matmul(gx, gy, engine="cuda").get()),
-                                          _bits(ref))
+            assert_same_bits(plan.matmul(gx, gy, engine="cuda").get(), ref)
     dwide = cupy.asarray(wide)
     got = plan.matmul(dwide[:, ::3], cupy.asarray(b)[::-1][::-1], engine="cuda").get()
-    np.testing.assert_array_equal(_bits(got), _bits(ref))
+    assert_same_bits(got, ref)
 
 
 def test_stacked_and_broadcast_operands():
@@ -124,15 +121,15 @@ def test_stacked_and_broadcast_operands():
     got = ozaki_backend.matmul(a, b, moduli=12, engine="cuda")
     plan = Plan(20, 25, 30, moduli=12)
     for i in range(3):
-        np.testing.assert_array_equal(_bits(got[i]), _bits(_ref(a[i], b, plan)))
+        assert_same_bits(got[i], _ref(a[i], b, plan))
     gd = ozaki_backend.matmul(cupy.asarray(a), cupy.asarray(b), moduli=12, engine="cuda")
-    np.testing.assert_array_equal(_bits(gd.get()), _bits(got))
+    assert_same_bits(gd.get(), got)
     # 1-D operands
     v = rng.random(30)
     got = ozaki_backend.matmul(a[0], v, moduli=12, engine="cuda")
     assert got.shape == (20,)
     gd = ozaki_backend.matmul(cupy.asarray(a[0]), cupy.asarray(v), moduli=12, engine="cuda")
-    np.testing.assert_array_equal(_bits(gd.get()), _bits(got))
+    assert_same_bits(gd.get(), got)
 
 
 @pytest.mark.parametrize("mode", ["fast", "accurate"])
@@ -154,12 +151,12 @@ def test_poisoned_output_every_element_written(mode):
         finally:
             pipeline.TILE_OVERRIDE = None
         assert not np.isnan(got).any()
-        np.testing.assert_array_equal(_bits(got), _bits(ref))
+        assert_same_bits(got, ref)
     # a strided out= view, poisoned around it
     big = cupy.full((m, 2 * n), np.nan)
     plan.matmul(cupy.asarray(a), cupy.asarray(b), engine="cuda", out=big[:, ::2])
     got = big.get()
-    np.testing.assert_array_equal(_bits(got[:, ::2]), _bits(ref))
+    assert_same_bits(got[:, ::2], ref)
     assert np.isnan(got[:, 1::2]).all()
 
 
@@ -173,9 +170,9 @@ def test_alpha_beta_on_device():
         want = apply_alpha_beta(C, alpha, beta, c)
         got = plan.matmul(cupy.asarray(a), cupy.asarray(b), engine="cuda", alpha=alpha,
                           beta=beta, c=cupy.asarray(c)).get()
-        np.testing.assert_array_equal(_bits(got), _bits(want))
+        assert_same_bits(got, want)
         got = plan.matmul(a, b, engine="cuda", alpha=alpha, beta=beta, c=c)
-        np.testing.assert_array_equal(_bits(got), _bits(want))
+        assert_same_bits(got, want)
 
 
 def test_special_values():
@@ -198,9 +195,9 @@ def test_special_values():
         ref = _ref(a, b, plan)
         assert np.isinf(ref).any() and (np.abs(ref[1, 1]) < 2.3e-308)
         got = plan.matmul(a, b, engine="cuda")
-        np.testing.assert_array_equal(_bits(got), _bits(ref))
+        assert_same_bits(got, ref)
         got = plan.matmul(cupy.asarray(a), cupy.asarray(b), engine="cuda").get()
-        np.testing.assert_array_equal(_bits(got), _bits(ref))
+        assert_same_bits(got, ref)
 
 
 def test_non_finite_takes_native_path():
@@ -210,9 +207,9 @@ def test_non_finite_takes_native_path():
     b[0, 0] = np.inf
     da, db = cupy.asarray(a), cupy.asarray(b)
     got = ozaki_backend.matmul(da, db, engine="cuda")
-    np.testing.assert_array_equal(_bits(got.get()), _bits(cupy.matmul(da, db).get()))
+    assert_same_bits(got.get(), cupy.matmul(da, db).get())
     got = ozaki_backend.matmul(a, b, engine="cuda")
-    np.testing.assert_array_equal(_bits(got), _bits(np.matmul(a, b)))
+    assert_same_bits(got, np.matmul(a, b))
 
 
 def test_empty_and_k_zero():
@@ -230,11 +227,9 @@ def test_repeated_calls_identical():
     first = ozaki_backend.matmul(a, b, engine="cuda", moduli=16, mode="fast")
     da, db = cupy.asarray(a), cupy.asarray(b)
     for _ in range(3):
-        np.testing.assert_array_equal(
-            _bits(ozaki_backend.matmul(a, b, engine="cuda", moduli=16, mode="fast")), _bits(first))
-        np.testing.assert_array_equal(
-            _bits(ozaki_backend.matmul(da, db, engine="cuda", moduli=16, mode="fast").get()),
-            _bits(first))
+        assert_same_bits(ozaki_backend.matmul(a, b, engine="cuda", moduli=16, mode="fast"), first)
+        assert_same_bits(ozaki_backend.matmul(da, db, engine="cuda", moduli=16, mode="fast").get(),
+                         first)
 
 
 def test_two_threads_concurrently():
@@ -254,8 +249,10 @@ def test_two_threads_concurrently():
                         got = plan.matmul(cupy.asarray(a), cupy.asarray(b), engine="cuda").get()
                     else:
                         got = plan.matmul(a, b, engine="cuda")
-                    if not np.array_equal(_bits(got), _bits(ref)):
-                        errors.append((use_cupy, plan))
+                    try:
+                        assert_same_bits(got, ref, what=f"cupy={use_cupy} {plan!r}")
+                    except AssertionError as exc:
+                        errors.append(exc)
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -274,9 +271,9 @@ def test_phase22_on_the_gpu_matches_reference():
     a, b = rng.uniform(-1, 1, (40, 50)), rng.uniform(-1, 1, (50, 30))
     plan = Plan(40, 30, 50, scheme="phase22")
     ref = phase22.matmul_2d(a, b, plan)
-    np.testing.assert_array_equal(_bits(plan.matmul(a, b, engine="cuda")), _bits(ref))
+    assert_same_bits(plan.matmul(a, b, engine="cuda"), ref)
     got = plan.matmul(cupy.asarray(a), cupy.asarray(b), engine="cuda").get()
-    np.testing.assert_array_equal(_bits(got), _bits(ref))
+    assert_same_bits(got, ref)
 
 
 def test_out_of_memory_is_clear_and_recoverable():
@@ -294,7 +291,7 @@ def test_out_of_memory_is_clear_and_recoverable():
     finally:
         pool.set_limit(size=0)
     plan = Plan(256, 256, 512, moduli=16)
-    np.testing.assert_array_equal(_bits(plan.matmul(a, b, engine="cuda")), _bits(_ref(a, b, plan)))
+    assert_same_bits(plan.matmul(a, b, engine="cuda"), _ref(a, b, plan))
 
 
 def test_compile_error_names_the_kernel_file():
@@ -305,7 +302,7 @@ def test_compile_error_names_the_kernel_file():
     # the engine still works afterwards
     a = np.random.default_rng(15).random((8, 8))
     plan = Plan(8, 8, 8, moduli=6)
-    np.testing.assert_array_equal(_bits(plan.matmul(a, a, engine="cuda")), _bits(_ref(a, a, plan)))
+    assert_same_bits(plan.matmul(a, a, engine="cuda"), _ref(a, a, plan))
 
 
 @pytest.mark.parametrize("strategy,colblock,rowblock", [
@@ -321,7 +318,7 @@ def test_gemm_issue_strategies_and_blocks(monkeypatch, strategy, colblock, rowbl
     for mode in ("fast", "accurate"):
         plan = Plan(101, 133, 70, moduli=15, mode=mode)
         got = plan.matmul(cupy.asarray(a), cupy.asarray(b), engine="cuda").get()
-        np.testing.assert_array_equal(_bits(got), _bits(_ref(a, b, plan)))
+        assert_same_bits(got, _ref(a, b, plan))
 
 
 def test_engine_checks_finiteness_on_device():
@@ -333,7 +330,7 @@ def test_engine_checks_finiteness_on_device():
     a, b = _data(rng, 30, 20), _data(rng, 20, 25)
     plan = Plan(30, 25, 20, moduli=14)
     got = engine.matmul_numpy(a, b, plan, check_finite=True)
-    np.testing.assert_array_equal(_bits(got), _bits(_ref(a, b, plan)))
+    assert_same_bits(got, _ref(a, b, plan))
     for bad in (np.nan, np.inf, -np.inf):
         a2 = a.copy()
         a2[3, 4] = bad
@@ -354,6 +351,6 @@ def test_engine_writes_into_out():
     res = engine.matmul_numpy(a, np.broadcast_to(b, (2, 20, 25)), plan, out=out)
     assert res is out
     for i in range(2):
-        np.testing.assert_array_equal(_bits(out[i]), _bits(_ref(a[i], b, plan)))
+        assert_same_bits(out[i], _ref(a[i], b, plan))
     with pytest.raises(ValueError):
         engine.matmul_numpy(a, np.broadcast_to(b, (2, 20, 25)), plan, out=np.empty((2, 25, 30)))

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = next((p for p in ("/usr/bin/chromium", shutil.which("chromium") or "")
                  if p and os.access(p, os.X_OK)), None)
 
