@@ -514,12 +514,27 @@ extern "C" __global__ void oz_cert_factors(const int *__restrict__ kept, int row
     }
 }
 
-// Whether the non-zero ranges along k of row i of A and column j of B intersect (spec
-// §10.1): where they do not, the element is exact.
-__device__ __forceinline__ bool oz_overlap(const int *__restrict__ lo, const int *__restrict__ hi,
-                                           int row, const int *__restrict__ lob,
-                                           const int *__restrict__ hib, int col) {
-    return max(lo[row], lob[col]) <= min(hi[row], hib[col]);
+// The certificate's factor of one element (spec §10.2, rules.certificate_factor):
+// c = min(ke - 1, 16, isqrt(ke) * inv_div) for the overlap length ke of row i's and
+// column j's non-zero ranges along k, 0 for ke <= 1; inv_div = 1/8 or 1/32 (exact).
+// isqrt: the float sqrt of an int is within one of it; the two corrections make it exact.
+__device__ __forceinline__ double oz_cert_factor(int ke, double inv_div) {
+    if (ke <= 1) return 0.0;
+    int r = (int)sqrt((double)ke);
+    if ((i64)r * r > ke) --r;
+    if ((i64)(r + 1) * (r + 1) <= ke) ++r;
+    double c = (double)r * inv_div;
+    c = c < 16.0 ? c : 16.0;
+    return c < (double)(ke - 1) ? c : (double)(ke - 1);
+}
+
+// The length of the intersection of the non-zero ranges along k of row i of A and column
+// j of B (spec §10.1): at most 0 where they do not meet, and then the element is exact.
+__device__ __forceinline__ int oz_overlap_len(const int *__restrict__ lo,
+                                              const int *__restrict__ hi, int row,
+                                              const int *__restrict__ lob,
+                                              const int *__restrict__ hib, int col) {
+    return min(hi[row], hib[col]) - max(lo[row], lob[col]) + 1;
 }
 
 // For every element of one P tile, the fewest counts (OZ_NLO + c) whose a-priori test it
@@ -543,7 +558,7 @@ __device__ __forceinline__ void oz_cert_counts(const T *__restrict__ P, i64 ldp,
                                                const int *__restrict__ hiA,
                                                const int *__restrict__ loB,
                                                const int *__restrict__ hiB,
-                                               double cfac, int guess, int fixed,
+                                               double inv_div, int guess, int fixed,
                                                int *__restrict__ out) {
     int col = blockIdx.x * 32 + threadIdx.x;
     int need_max = 0, none = 0;
@@ -556,10 +571,12 @@ __device__ __forceinline__ void oz_cert_counts(const T *__restrict__ P, i64 ldp,
         int r0 = blockIdx.y * OZ_CR, r1 = min(rows, r0 + OZ_CR);
         for (int row = r0 + threadIdx.y; row < r1; row += 8) {
             int need;
-            if (max(loA[row], lob) > min(hiA[row], hib)) {
+            int ke = min(hiA[row], hib) - max(loA[row], lob) + 1;
+            if (ke <= 0) {
                 need = OZ_NLO;                      // no overlap: exact at every count
             } else {
-                double cp = __dmul_rn(cfac, (double)P[(i64)row * ldp + col]);
+                double cp = __dmul_rn(oz_cert_factor(ke, inv_div),
+                                      (double)P[(i64)row * ldp + col]);
                 double qai = qa[row];
                 auto test = [&](int c, double fbc) {
                     double x = __dadd_rn(__dmul_rn(fa[(i64)c * arows + row], qbj),
@@ -602,20 +619,20 @@ oz_cert_counts_i32(const int *__restrict__ P, i64 ldp, int rows, int cols,
                    const double *__restrict__ fa, const double *__restrict__ qa, int arows,
                    const double *__restrict__ fb, const double *__restrict__ qb, int bcols,
                    const int *__restrict__ loA, const int *__restrict__ hiA,
-                   const int *__restrict__ loB, const int *__restrict__ hiB, double cfac,
+                   const int *__restrict__ loB, const int *__restrict__ hiB, double inv_div,
                    int guess, int fixed, int *__restrict__ out) {
     oz_cert_counts<int>(P, ldp, rows, cols, fa, qa, arows, fb, qb, bcols, loA, hiA, loB, hiB,
-                        cfac, guess, fixed, out);
+                        inv_div, guess, fixed, out);
 }
 extern "C" __global__ void __launch_bounds__(256)
 oz_cert_counts_i64(const i64 *__restrict__ P, i64 ldp, int rows, int cols,
                    const double *__restrict__ fa, const double *__restrict__ qa, int arows,
                    const double *__restrict__ fb, const double *__restrict__ qb, int bcols,
                    const int *__restrict__ loA, const int *__restrict__ hiA,
-                   const int *__restrict__ loB, const int *__restrict__ hiB, double cfac,
+                   const int *__restrict__ loB, const int *__restrict__ hiB, double inv_div,
                    int guess, int fixed, int *__restrict__ out) {
     oz_cert_counts<i64>(P, ldp, rows, cols, fa, qa, arows, fb, qb, bcols, loA, hiA, loB, hiB,
-                        cfac, guess, fixed, out);
+                        inv_div, guess, fixed, out);
 }
 
 // The bound of a computed C_ij = RN(A'B' 2^(-s-t)) and the a-posteriori test (spec §10.4),
@@ -626,6 +643,7 @@ oz_cert_counts_i64(const i64 *__restrict__ P, i64 ldp, int rows, int cols,
 //   rounding R is not part of the method error the target limits).
 // bound (optional, any strides) receives the bound; out[0] += failing elements.
 #define OZ_ETA 4.9406564584124654e-324
+#define OZ_U 1.1102230246251565e-16
 __device__ __forceinline__ double oz_up(double x) {
     return nextafter(x, __longlong_as_double(0x7ff0000000000000ll));
 }
@@ -643,7 +661,7 @@ __device__ __forceinline__ void oz_certify(const T *__restrict__ P, i64 ldp, int
                                            const int *__restrict__ t, const int *__restrict__ loA,
                                            const int *__restrict__ hiA,
                                            const int *__restrict__ loB,
-                                           const int *__restrict__ hiB, double cu,
+                                           const int *__restrict__ hiB, double inv_div,
                                            double *__restrict__ bound, i64 br, i64 bc,
                                            int *__restrict__ out) {
     int col = blockIdx.x * 32 + threadIdx.x;
@@ -652,7 +670,8 @@ __device__ __forceinline__ void oz_certify(const T *__restrict__ P, i64 ldp, int
     if (row < rows && col < cols) {
         int Ei = E[row], Fj = F[col];
         double qa = (double)(SA[row] + nA[row]), qb = (double)(SB[col] + nB[col]);
-        double x = !oz_overlap(loA, hiA, row, loB, hiB, col) ? 0.0
+        int ke = oz_overlap_len(loA, hiA, row, loB, hiB, col);
+        double x = ke <= 0 ? 0.0
                  : oz_excess(s[row], s[row] + Ei, XA[row], qb, t[col], t[col] + Fj, YB[col], qa);
         double Tb = x == 0.0 ? 0.0
                   : oz_up(__dadd_rn(ldexp(oz_up(x), oz_clip_exp(Ei + Fj - 67)), OZ_ETA));
@@ -664,6 +683,7 @@ __device__ __forceinline__ void oz_certify(const T *__restrict__ P, i64 ldp, int
             double gap = oz_down(__dsub_rn(fabs(c), b));
             double L = oz_down(ldexp((double)P[(i64)row * ldp + col], oz_clip_exp(Ei + Fj - 14)));
             double low = isnan(gap) ? gap : (gap > L ? gap : L);
+            double cu = oz_cert_factor(ke, inv_div) * OZ_U;       // exact: u = 2^-53
             double goal = oz_down(__dmul_rn(cu, low));
             fail = !(Tb == 0.0 || Tb <= goal);
         }
@@ -681,10 +701,10 @@ oz_certify_i32(const int *__restrict__ P, i64 ldp, int rows, int cols, const dou
                const int *__restrict__ F, const int *__restrict__ YB, const int *__restrict__ SB,
                const int *__restrict__ nB, const int *__restrict__ t,
                const int *__restrict__ loA, const int *__restrict__ hiA,
-               const int *__restrict__ loB, const int *__restrict__ hiB, double cu,
+               const int *__restrict__ loB, const int *__restrict__ hiB, double inv_div,
                double *__restrict__ bound, i64 br, i64 bc, int *__restrict__ out) {
     oz_certify<int>(P, ldp, rows, cols, C, cr, cc, E, XA, SA, nA, s, F, YB, SB, nB, t, loA, hiA,
-                    loB, hiB, cu, bound, br, bc, out);
+                    loB, hiB, inv_div, bound, br, bc, out);
 }
 extern "C" __global__ void __launch_bounds__(256)
 oz_certify_i64(const i64 *__restrict__ P, i64 ldp, int rows, int cols, const double *__restrict__ C,
@@ -693,10 +713,10 @@ oz_certify_i64(const i64 *__restrict__ P, i64 ldp, int rows, int cols, const dou
                const int *__restrict__ F, const int *__restrict__ YB, const int *__restrict__ SB,
                const int *__restrict__ nB, const int *__restrict__ t,
                const int *__restrict__ loA, const int *__restrict__ hiA,
-               const int *__restrict__ loB, const int *__restrict__ hiB, double cu,
+               const int *__restrict__ loB, const int *__restrict__ hiB, double inv_div,
                double *__restrict__ bound, i64 br, i64 bc, int *__restrict__ out) {
     oz_certify<i64>(P, ldp, rows, cols, C, cr, cc, E, XA, SA, nA, s, F, YB, SB, nB, t, loA, hiA,
-                    loB, hiB, cu, bound, br, bc, out);
+                    loB, hiB, inv_div, bound, br, bc, out);
 }
 
 // ---------------------------------------------------------------------------------

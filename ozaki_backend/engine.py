@@ -71,8 +71,8 @@ class Engine:
     def moduli_for(self, A, B, plan):
         """The moduli count ``plan`` uses for the 2-D product ``A @ B`` of this engine's
         array types: the plan's own count, or for ``precision="fp64"`` the fewest whose
-        certificate meets the target (``docs/spec.md`` §10.3); None when no count does
-        (the product then takes the residual pass or the native GEMM)."""
+        certificate meets the target a priori (``docs/spec.md`` §10.3); 20 when some
+        element passes at no count (the product is then tested a posteriori)."""
         raise NotImplementedError
 
     def describe(self, plan) -> str:

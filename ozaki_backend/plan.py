@@ -159,11 +159,13 @@ class Plan:
             N = MAX_MODULI
             self.adaptive = True
             c = certificate_factor(kk, m * n)
+            d = CERT_DIV if m * n >= CERT_SMALL else CERT_SMALL_DIV
             rule = (f"precision='fp64': per call the fewest moduli ({MIN_MODULI}-{N}) "
                     f"whose error certificate meets c u (|A||B|)_ij for the truncation, "
-                    f"c = min(k-1, {CERT_C}, isqrt(k)/{CERT_DIV if m * n >= CERT_SMALL else CERT_SMALL_DIV}) "
-                    f"= {c:g}; if {N} do not, the residual pass, then the native GEMM "
-                    f"(docs/spec.md section 10)")
+                    f"c = min(k_ij-1, {CERT_C}, isqrt(k_ij)/{d}) with k_ij the terms "
+                    f"row i and column j may share (= {c:g} for dense operands); else "
+                    f"{N} moduli and an a-posteriori test, the residual pass, the native "
+                    f"GEMM (docs/spec.md section 10)")
         self.moduli = MODULI[:N]
         self.moduli_range = (MIN_MODULI, N) if self.adaptive else (N, N)
         self.expected_moduli = expected_moduli(kk, m * n) if self.adaptive else N
@@ -205,9 +207,10 @@ class Plan:
     def moduli_for(self, a, b):
         """The number of moduli a product of finite ``a (m, k)``, ``b (k, n)`` uses with
         this plan: its own count when fixed; for ``precision="fp64"`` the fewest whose
-        certificate meets the target (computed where the operands live, exactly as the
-        engines do), or None when none does (the product then takes the residual pass
-        or the native GEMM, ``docs/spec.md`` §10.4)."""
+        certificate meets the target a priori (computed where the operands live,
+        exactly as the engines do), or 20 when some element passes at no count (the
+        product is then computed with 20 moduli and tested a posteriori, and may take
+        the residual pass or the native GEMM, ``docs/spec.md`` §10.3–10.4)."""
         if not self.adaptive:
             return self.n_moduli
         return _bound["moduli_for"](a, b, self)
@@ -215,13 +218,11 @@ class Plan:
     def resolve(self, a, b) -> "Plan":
         """The fixed-count plan a product of ``a (m, k)`` and ``b (k, n)`` uses:
         ``resolve(a, b).matmul(a, b)`` gives the same bits as ``matmul(a, b)`` whenever
-        some count certifies (:meth:`moduli_for` is not None). A fixed-count plan
-        returns itself; an adaptive one whose operands no count certifies returns its
-        20-moduli plan."""
+        the product is certified a priori or a posteriori (not when it takes the
+        residual pass or the native GEMM). A fixed-count plan returns itself."""
         if not self.adaptive:
             return self
-        N = self.moduli_for(a, b)
-        return self.for_count(N if N is not None else MAX_MODULI)
+        return self.for_count(self.moduli_for(a, b))
 
     def matmul(self, a, b, *, engine=None, out=None, alpha=1.0, beta=0.0, c=None):
         """Multiply with this plan (shapes must match the plan's m, n, k)."""

@@ -120,7 +120,8 @@ def moduli_for(a, b, plan):
     """The moduli count ``plan`` uses for the 2-D product ``a @ b``, computed where the
     operands live (NumPy: the CPU reference; CuPy: the CUDA engine's kernels, bit for
     bit the same integer): ``plan``'s own count when fixed; for ``precision="fp64"`` the
-    fewest whose certificate meets the target, or None when none does."""
+    fewest whose certificate meets the target a priori, or 20 when some element passes
+    at no count (``docs/spec.md`` §10.3)."""
     sa, sb = tuple(np.shape(a)), tuple(np.shape(b))
     if len(sa) != 2 or len(sb) != 2 or sa[1] != sb[0]:
         raise ValueError(f"moduli_for needs 2-D operands (m, k) @ (k, n); got {sa} and {sb}")

@@ -123,7 +123,7 @@ def _finish(fig, ax, title, sources, path):
 
 
 def plot_accuracy(docs, out):
-    # One line per phi needs one shape: the cube m = n = k (the calibration file holds
+    # One line per phi needs one shape: the cube m = n = k (the accuracy file holds
     # other k buckets, which are not drawn here), and one reference: the exact product
     # (the GPU bench's sampled double-double errors are in its own table instead).
     def cube(r):

@@ -123,8 +123,8 @@ def cmd_gpu(args):
     doc["machine"]["cuda_runtime"] = cp.cuda.runtime.runtimeGetVersion()
     sync = cp.cuda.Device().synchronize
     try:
-        from ozaki_backend.cuda import engine as _engine  # noqa: F401
-        have_engine = ozaki_backend.cuda.availability()[0]
+        from ozaki_backend.cuda import availability
+        have_engine = availability()[0]
     except ImportError:
         have_engine = False
     rng = np.random.default_rng(SEED)

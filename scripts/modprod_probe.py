@@ -45,15 +45,16 @@ def main():
         res = {}
         for bn, cl, bk in args.configs:
             os.environ["OZAKI_BACKEND_CUDA_BK"] = str(bk)
-            f = lambda bn=bn, cl=cl: modprod.mod_products(RA, RB, items, out, n, n,
-                                                          backend="wgmma", bn=bn, cluster=cl)
+            f = lambda RA=RA, RB=RB, out=out, bn=bn, cl=cl: modprod.mod_products(
+                RA, RB, items, out, n, n, backend="wgmma", bn=bn, cluster=cl)
             f()
             res[bn, cl, bk] = out[:, :256, :256].copy()
             t = median_device_time(f, args.reps)
             print(f"{n:>6} {f'w{bn}x{cl}k{bk}':>12} {t * 1e3:9.3f} {ops / t / 1e12:7.1f} "
                   f"{100 * ops / t / PEAK:6.1f}%", flush=True)
         os.environ.pop("OZAKI_BACKEND_CUDA_BK", None)
-        f = lambda: modgemm.products_into(RA, RB, C, N, n, n, n, strategy="loop")
+        f = lambda RA=RA, RB=RB, C=C: modgemm.products_into(RA, RB, C, N, n, n, n,
+                                                             strategy="loop")
         f()
         ref = cupy.asnumpy(C[:, :256, :256]).astype(np.int64)
         ref = np.stack([np.mod(ref[l], p) for l, p in enumerate(MODULI[:N])]).astype(np.uint8)
@@ -63,7 +64,7 @@ def main():
         t = median_device_time(f, args.reps)
         print(f"{n:>6} {'cublas int32':>12} {t * 1e3:9.3f} {ops / t / 1e12:7.1f} "
               f"{100 * ops / t / PEAK:6.1f}%", flush=True)
-        del RA, RB, out, C
+        del RA, RB, out, C, f  # f holds the planes too (its default arguments)
         cupy.get_default_memory_pool().free_all_blocks()
 
 

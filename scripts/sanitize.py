@@ -8,9 +8,10 @@ import cupy
 import numpy as np
 
 from ozaki_backend.cuda import modprod
-from ozaki_backend.cuda.pipeline import matmul_2d, product_into
+from ozaki_backend.cuda.phase22 import matmul_2d
+from ozaki_backend.cuda.pipeline import product_into
 from ozaki_backend.plan import Plan
-from ozaki_backend.reference.pipeline import matmul_2d as ref_2d
+from ozaki_backend.reference.engine import product_2d as ref_2d
 
 rng = np.random.default_rng(0)
 rows, cols, k = 200, 300, 700

@@ -61,13 +61,14 @@ def require_gpu(engine=True):
     return cupy
 
 
-def require_testing():
-    """Return ``ozaki_backend.testing`` (phi matrices, exact products), or skip."""
+def require_testing(*extra):
+    """Return ``ozaki_backend.testing`` (phi matrices, exact products), or skip; also
+    skip when one of the ``extra`` function names is missing from it."""
     try:
         testing = ozaki_backend.testing
     except (ImportError, AttributeError) as exc:
         raise NotImplementedError(f"ozaki_backend.testing unavailable: {exc}") from None
-    for name in ("phi_matrix", "exact_matmul", "max_relative_error"):
+    for name in ("phi_matrix", "exact_matmul", "max_relative_error") + extra:
         if not hasattr(testing, name):
             raise NotImplementedError(f"ozaki_backend.testing has no {name}()")
     return testing

@@ -15,8 +15,7 @@ import cupy
 import numpy as np
 
 from ..spec import certificate as spec
-from ..spec.certificate import U64
-from ..spec.rules import certificate_factor, expected_moduli
+from ..spec.rules import CERT_DIV, CERT_SMALL, CERT_SMALL_DIV, expected_moduli
 from . import loader
 from ._common import blocks
 from .scaling import COUNTS, BoundMatrix, Side
@@ -24,6 +23,12 @@ from .scaling import COUNTS, BoundMatrix, Side
 
 #: Rows per block of the count kernel (kernels/scaling.cu OZ_CR).
 _CR = 128
+
+
+def _inv_div(elements):
+    """``1/d`` of the certificate's factor for a product of ``elements`` outputs (the
+    kernels compute ``c_ij`` per element from the overlap lengths, spec §10.2)."""
+    return np.float64(1.0 / (CERT_DIV if elements >= CERT_SMALL else CERT_SMALL_DIV))
 
 
 def _factors(side: Side):
@@ -49,7 +54,7 @@ def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status, fixed=None)
     # The factor tables are count-major (19 x rows): a tile passes the address of its
     # first row in table 0 (a 1-D view) and the kernel steps by the full row count.
     fn = bm.kernel("oz_cert_counts")
-    cfac = np.float64(certificate_factor(k, m * n))
+    inv_div = _inv_div(m * n)
     guess = np.int32(expected_moduli(k, m * n) - COUNTS[0])
     fix = np.int32(-1 if fixed is None else fixed - COUNTS[0])
     for (i0, i1, j0, j1) in tiles:
@@ -58,7 +63,7 @@ def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status, fixed=None)
         fn(grid, (32, 8), (P, np.int64(P.shape[1]), np.int32(i1 - i0), np.int32(j1 - j0),
                            fa[0, i0:], qa[i0:i1], np.int32(m), fb[0, j0:], qb[j0:j1],
                            np.int32(n), a.lo[i0:i1], a.hi[i0:i1], b.lo[j0:j1], b.hi[j0:j1],
-                           cfac, guess, fix, status[1:]))
+                           inv_div, guess, fix, status[1:]))
 
 
 def certify_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, s, t, C, *, bound=None,
@@ -67,7 +72,7 @@ def certify_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, s, t, C, *, bound=
     ``bound`` (when given, any strides) and the a-posteriori failures added to
     ``failures[0]`` (when given)."""
     fn = bm.kernel("oz_certify")
-    cu = np.float64(certificate_factor(k, a.E.shape[0] * b.E.shape[0]) * U64)
+    inv_div = _inv_div(a.E.shape[0] * b.E.shape[0])
     for (i0, i1, j0, j1) in tiles:
         P = bm.tile(i0, i1, j0, j1)
         Cv = C[i0:i1, j0:j1]
@@ -78,7 +83,7 @@ def certify_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, s, t, C, *, bound=
             np.int64(Cv.strides[0] // 8), np.int64(Cv.strides[1] // 8),
             a.E[i0:i1], a.X[i0:i1], a.SA[i0:i1], a.n[i0:i1], s[i0:i1],
             b.E[j0:j1], b.X[j0:j1], b.SA[j0:j1], b.n[j0:j1], t[j0:j1],
-            a.lo[i0:i1], a.hi[i0:i1], b.lo[j0:j1], b.hi[j0:j1], cu,
+            a.lo[i0:i1], a.hi[i0:i1], b.lo[j0:j1], b.hi[j0:j1], inv_div,
             bv, np.int64(0 if bv is None else bv.strides[0] // 8),
             np.int64(0 if bv is None else bv.strides[1] // 8), failures))
 

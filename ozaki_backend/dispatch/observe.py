@@ -31,7 +31,10 @@ def stats() -> dict:
         ``moduli``: ``{moduli count: 2-D products}`` of the Ozaki-II products
         computed (with ``precision="fp64"`` the count is chosen per product from its
         operands, ``docs/precision.md``); ``last_moduli``: the count of this thread's
-        latest such product (None before the first); ``c_fast_path``: ``@``/
+        latest such product (None before the first); ``certificate``: ``{outcome:
+        2-D products}`` with outcomes ``certified``, ``uncertified`` (a fixed count
+        that misses the target), ``residual pass``, ``native fallback``
+        (``docs/spec.md`` §10); ``c_fast_path``: ``@``/
         ``np.matmul`` products the C hook left to NumPy without calling Python while
         some scope was active anywhere (``below_floor``, ``vector_shaped``). The C side cannot tell
         whose product it sees, so these also count other threads' products and the

@@ -52,12 +52,13 @@ def element_counts(st: scaling.Statistics, mode: str):
 
 
 def choose_count(st: scaling.Statistics, mode: str):
-    """``(N, all_certified)`` for ``precision="fp64"`` (``docs/spec.md`` §10.3): ``N`` is
-    the largest per-element count of :func:`element_counts` (the most moduli any element
-    that can be certified a priori needs; 20 when none can), and ``all_certified`` whether
-    every element passed a priori at ``N`` (otherwise the computed product is tested a
-    posteriori, :func:`~ozaki_backend.spec.certificate.meets_target`)."""
+    """``(N, all_certified)`` for ``precision="fp64"`` (``docs/spec.md`` §10.3):
+    ``all_certified`` whether every element passes the a-priori test at some count, and
+    then ``N`` the largest per-element count of :func:`element_counts`; otherwise
+    ``N = 20``, the count that gives the a-posteriori test
+    (:func:`~ozaki_backend.spec.certificate.meets_target`) its best chance before the
+    residual pass (which costs two more products at 20 moduli)."""
     need = element_counts(st, mode)
-    finite = need[need > 0]
-    N = int(finite.max()) if finite.size else MAX_MODULI
-    return N, bool(finite.size == need.size)
+    if not need.all():
+        return MAX_MODULI, False
+    return int(need.max()), True

@@ -3,7 +3,8 @@
 Both engines (``reference/`` and ``cuda/``, and the CUDA sources generated from Python)
 read them from here and nowhere else, so that the two cannot drift apart. Nothing in
 this package imports anything of the project above it, NumPy is imported only where a
-rule works on arrays, and CuPy never.
+rule works on arrays, and CuPy only when :mod:`certificate` is handed CuPy arrays (its
+formulas are array-library generic).
 
 Modules
 -------
@@ -16,4 +17,7 @@ remainders
     The fused kernel's exact remainder constants (multiply-high ``mod p``), with proofs.
 seed
     The seed scheme ``scheme="phase22"``: primes, CRT tables, hi/lo split, tiles, limits.
+certificate
+    The error certificate's formulas (``docs/spec.md`` §10), element-wise, for NumPy or
+    CuPy arrays: truncation bound, target test, result bound, a-posteriori test.
 """

@@ -23,8 +23,8 @@ integer times a power of two below 2^53)
 true value is below ``up(x_ij)`` (or 0 with ``x_ij``).
 
 The **target** is ``c u L_ij`` with ``L_ij = 2^{E_i+F_j-14} P_ij <= (|A||B|)_ij``,
-``u = 2^-53`` and ``c`` of :func:`~.rules.certificate_factor`; in the same units as
-``x``: ``c P_ij``. It limits the method error only; the final rounding ``u |C_ij|`` comes
+``u = 2^-53`` and ``c_ij`` of :func:`~.rules.certificate_factor` for the element's
+overlap length (:func:`factor`); in the same units as ``x``: ``c_ij P_ij``. It limits the method error only; the final rounding ``u |C_ij|`` comes
 on top (``docs/spec.md`` §10.2).
 """
 
@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .rules import certificate_factor
+from .rules import CERT_C, CERT_DIV, CERT_SMALL, CERT_SMALL_DIV
 
 #: float64 unit roundoff and smallest subnormal.
 U64 = 2.0 ** -53
@@ -109,9 +109,7 @@ def overlap(d: CertData):
     ``j`` of B intersect. Where they do not, every term ``A_ik B_kj`` is zero, and so is
     every truncation error term: the element is exact (triangular, banded and block
     structures are caught at no GEMM's cost)."""
-    xp = _xp(d.P)
-    return xp.maximum(d.loA[:, None], d.loB[None, :]) <= xp.minimum(d.hiA[:, None],
-                                                                      d.hiB[None, :])
+    return overlap_length(d) > 0
 
 
 def excess(d: CertData, s, t):
@@ -124,9 +122,35 @@ def excess(d: CertData, s, t):
     return xp.where(overlap(d), x, 0.0)
 
 
-def factor(d: CertData) -> float:
-    """The target's factor ``c`` of this product (:func:`~.rules.certificate_factor`)."""
-    return certificate_factor(d.k, d.P.shape[0] * d.P.shape[1])
+def overlap_length(d: CertData):
+    """int64 ``(m, n)``: ``k_ij``, the length of the intersection of the non-zero ranges
+    along k of row ``i`` of A and column ``j`` of B (at most 0 where they do not meet):
+    at most this many terms of ``C_ij`` are non-zero."""
+    xp = _xp(d.P)
+    return (xp.minimum(d.hiA[:, None], d.hiB[None, :])
+            - xp.maximum(d.loA[:, None], d.loB[None, :]) + 1)
+
+
+def isqrt(x):
+    """Element-wise integer square root of non-negative int64 ``x < 2**52`` (exact: the
+    float sqrt is within one of it, and two corrections make it exact)."""
+    xp = _xp(x)
+    r = xp.floor(xp.sqrt(x.astype(np.float64))).astype(np.int64)
+    r = xp.where(r * r > x, r - 1, r)
+    return xp.where((r + 1) * (r + 1) <= x, r + 1, r)
+
+
+def factor(d: CertData):
+    """float64 ``(m, n)``: the target's factor ``c_ij`` of every element,
+    :func:`~.rules.certificate_factor` of its overlap length (``kernels/scaling.cu``
+    ``oz_cert_factor`` computes the same numbers)."""
+    xp = _xp(d.P)
+    m, n = d.P.shape
+    div = CERT_DIV if m * n >= CERT_SMALL else CERT_SMALL_DIV
+    ke = xp.maximum(overlap_length(d), 0)
+    c = xp.minimum(isqrt(ke).astype(np.float64) * (1.0 / div), float(CERT_C))
+    c = xp.minimum(c, (ke - 1).astype(np.float64))
+    return xp.where(ke <= 1, 0.0, c)
 
 
 def passes(d: CertData, s, t):

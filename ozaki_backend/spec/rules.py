@@ -19,9 +19,10 @@ BOUND_D = 7
 BOUND_KMAX = (2 ** 31 - 1) // (2 ** BOUND_D - 1) ** 2
 
 #: The certificate's target (``docs/spec.md`` §10.2): the certified truncation error of
-#: ``C_ij`` is at most ``c u (|A||B|)_ij`` with ``c = min(k - 1, CERT_C, isqrt(k) / d)``,
-#: ``d = CERT_DIV`` for outputs of at least ``CERT_SMALL`` elements, ``CERT_SMALL_DIV``
-#: below.
+#: ``C_ij`` is at most ``c u (|A||B|)_ij`` with ``c = min(k_ij - 1, CERT_C, isqrt(k_ij) / d)``,
+#: ``k_ij`` the number of k where row i of A and column j of B may both be non-zero (k for
+#: dense operands), ``d = CERT_DIV`` for outputs of at least ``CERT_SMALL`` elements,
+#: ``CERT_SMALL_DIV`` below.
 CERT_C = 16
 CERT_DIV = 8
 CERT_SMALL = 2 ** 16
@@ -29,16 +30,21 @@ CERT_SMALL_DIV = 32
 
 
 def certificate_factor(k: int, elements: int) -> float:
-    """The certificate's factor ``c`` of a product with reduction length ``k`` and
-    ``elements = m n`` output elements: ``min(k - 1, CERT_C, isqrt(k) / d)``, ``d = 8``
-    (32 when ``m n < 2**16``); 0 for ``k <= 1``. A float with at most ten significant
-    bits (a multiple of 1/32 below 16), so ``c * P`` and ``c * u`` are the same IEEE
-    operation on both engines.
+    """The certificate's factor ``c`` of an element summing ``k`` terms (the overlap of
+    its row's and column's non-zero ranges along k; the reduction length for dense
+    operands) in a product of ``elements = m n`` output elements:
+    ``min(k - 1, CERT_C, isqrt(k) / d)``, ``d = 8`` (32 when ``m n < 2**16``); 0 for
+    ``k <= 1``. A float with at most ten significant bits (a multiple of 1/32 below
+    16), so ``c * P`` and ``c * u`` are the same IEEE operation on both engines
+    (:func:`ozaki_backend.spec.certificate.factor` is the element-wise form).
 
     Why this shape (``docs/precision.md``, "How the target was chosen"):
 
     * ``c <= k - 1``: with the final rounding, ``(c + 1) u <= gamma_k``, so a certified
-      product meets the bound ``gamma_k (|A||B|)_ij`` of every correct DGEMM.
+      product meets the bound ``gamma_k (|A||B|)_ij`` of every correct DGEMM (with the
+      element's own ``k``, a tighter bound still).
+    * per element: banded, triangular and block operands sum few terms in some
+      elements, where native DGEMM's error is small too.
     * ``c`` grows like ``sqrt(k)``: a truncation error bound of ``c u (|A||B|)_ij`` made of
       ``k`` terms of random sign gives errors near ``c u (|A||B|)_ij / sqrt(k)``, while
       native DGEMM's rounding errors are near ``u (|A||B|)_ij``; ``sqrt(k) / 8`` keeps the

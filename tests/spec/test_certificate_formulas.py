@@ -79,3 +79,27 @@ def test_structural_zeros_are_exact():
     np.testing.assert_array_equal(ov2, np.ones_like(ov2))
     st3 = scaling.statistics(Uu, Uu, "accurate")              # U @ U: zero below
     np.testing.assert_array_equal(spec.overlap(certificate.data(st3)), i <= j)
+
+
+def test_isqrt_is_exact():
+    """The element-wise integer square root both engines use (spec §10.2)."""
+    xs = np.array([0, 1, 2, 3, 4, 8, 9, 15, 16, 17, 2 ** 31 - 1, 2 ** 40 + 5,
+                   (2 ** 26 - 1) ** 2, (2 ** 26 - 1) ** 2 - 1, 2 ** 51 - 1], dtype=np.int64)
+    import math
+    np.testing.assert_array_equal(spec.isqrt(xs), [math.isqrt(int(x)) for x in xs])
+
+
+def test_factor_follows_each_elements_overlap():
+    """c_ij is certificate_factor of the number of k where row i of A and column j of B
+    may both be non-zero: triangular operands hold short sums to a tighter target."""
+    rng = np.random.default_rng(11)
+    k = 300
+    A = np.triu(rng.standard_normal((k, k)))      # row i non-zero on [i, k)
+    B = np.tril(rng.standard_normal((k, k)))      # column j non-zero on [j, k)
+    d = certificate.data(scaling.statistics(A, B, "accurate"))
+    c = spec.factor(d)
+    i, j = np.indices((k, k))
+    ke = k - np.maximum(i, j)
+    expected = np.array([[certificate_factor(int(x), k * k) for x in row] for row in ke])
+    np.testing.assert_array_equal(c, expected)
+    assert c[0, 0] == certificate_factor(k, k * k) and c[-1, -1] == 0.0
