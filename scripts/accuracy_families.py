@@ -3,7 +3,8 @@ shape, the moduli count chosen, the outcome, and the max relative error of the
 emulation and of NumPy's own float64 product against the exact product (CPU engine;
 the CUDA engine gives the same bits).
 
-    python scripts/accuracy_families.py [--seeds 4] [--json docs/data/accuracy-families.json]
+    python scripts/accuracy_families.py [--seeds 4] [--shapes 24x600x20,256x1024x256]
+                                        [--json docs/data/accuracy-families.json]
 
 Prints a Markdown table (worst case over the seeds per family, shape and mode).
 """
@@ -74,9 +75,14 @@ def markdown(rows):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=4)
+    ap.add_argument("--shapes", default=",".join("x".join(map(str, sh)) for sh in SHAPES),
+                    help="MxKxN shapes, comma separated")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
-    rows = measure(args.seeds)
+    shapes = [tuple(int(v) for v in sh.split("x")) for sh in args.shapes.split(",") if sh]
+    rows = measure(args.seeds, shapes)
+    worst = max(r["ratio"] for r in rows)
+    print(f"worst ours / (2 native + 2^-52): {worst:.2f}", file=sys.stderr)
     print(markdown(rows))
     if args.json:
         doc = {"schema": "ozaki_backend-accuracy-families/1",
