@@ -24,7 +24,7 @@ import numpy as np
 
 from . import _options
 from .spec.moduli import KSPLIT, MAX_MODULI, MIN_MODULI, MODULI
-from .spec.rules import (CERT_C, CERT_DIV, CERT_SMALL, CERT_SMALL_DIV, certificate_factor,
+from .spec.rules import (CERT_C, certificate_divisor, certificate_factor,
                          expected_moduli, guaranteed_bits, moduli_for_bits)
 from .spec.seed import K_CHUNK_MAX as PHASE22_KCHUNK
 from .spec.seed import PRIMES as PHASE22_PRIMES
@@ -159,7 +159,7 @@ class Plan:
             N = MAX_MODULI
             self.adaptive = True
             c = certificate_factor(kk, m * n)
-            d = CERT_DIV if m * n >= CERT_SMALL else CERT_SMALL_DIV
+            d = certificate_divisor(m * n)
             rule = (f"precision='fp64': per call the fewest moduli ({MIN_MODULI}-{N}) "
                     f"whose error certificate meets c u (|A||B|)_ij for the truncation, "
                     f"c = min(k_ij-1, {CERT_C}, isqrt(k_ij)/{d}) with k_ij the terms "

@@ -15,7 +15,8 @@ import cupy
 import numpy as np
 
 from ..spec import certificate as spec
-from ..spec.rules import CERT_DIV, CERT_SMALL, CERT_SMALL_DIV, expected_moduli
+from ..spec.moduli import MAX_MODULI
+from ..spec.rules import certificate_divisor, expected_moduli
 from . import loader
 from ._common import blocks
 from .scaling import COUNTS, BoundMatrix, Side
@@ -28,7 +29,7 @@ _CR = 128
 def _inv_div(elements):
     """``1/d`` of the certificate's factor for a product of ``elements`` outputs (the
     kernels compute ``c_ij`` per element from the overlap lengths, spec §10.2)."""
-    return np.float64(1.0 / (CERT_DIV if elements >= CERT_SMALL else CERT_SMALL_DIV))
+    return np.float64(1.0 / certificate_divisor(elements))
 
 
 def _factors(side: Side):
@@ -64,6 +65,13 @@ def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status, fixed=None)
                            fa[0, i0:], qa[i0:i1], np.int32(m), fb[0, j0:], qb[j0:j1],
                            np.int32(n), a.lo[i0:i1], a.hi[i0:i1], b.lo[j0:j1], b.hi[j0:j1],
                            inv_div, guess, fix, status[1:]))
+
+
+def chosen_count(need, unsure):
+    """The count of a ``precision="fp64"`` product from the device's status (spec §10.3,
+    as the reference's ``choose_count``): the largest per-element count when every
+    element has one, else 20."""
+    return need if need and not unsure else MAX_MODULI
 
 
 def certify_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, s, t, C, *, bound=None,

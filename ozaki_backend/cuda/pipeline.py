@@ -349,7 +349,7 @@ def product_into(A, B, plan, out, *, alpha=1.0, beta=0.0, C0=None, phases=None,
         if check_finite and emax > 1024:
             return None
         if plan.adaptive:
-            N = need if need and not unsure else MAX_MODULI      # spec §10.3
+            N = certificate.chosen_count(need, unsure)
         else:
             N = plan.n_moduli
             outcome = CERTIFIED if unsure == 0 else UNCERTIFIED
@@ -414,4 +414,4 @@ def moduli_for(A, B, plan):
         return 2
     prep = Prepared(A, B, plan.mode)
     _, need, unsure = (int(v) for v in prep.status(True).get())
-    return need if need and not unsure else MAX_MODULI
+    return certificate.chosen_count(need, unsure)

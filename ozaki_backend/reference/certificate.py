@@ -41,10 +41,11 @@ def element_counts(st: scaling.Statistics, mode: str):
     """
     m, n = st.P.shape
     d = data(st)
+    limit = spec.target(d)
     need = np.zeros((m, n), dtype=np.int64)
     for N in range(MIN_MODULI, MAX_MODULI + 1):
         s, t = scaling.shifts(st, N, mode)
-        newly = (need == 0) & spec.passes(d, s, t)
+        newly = (need == 0) & spec.passes(d, s, t, limit)
         need[newly] = N
         if need.all():
             break

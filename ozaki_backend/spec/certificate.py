@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .rules import CERT_C, CERT_DIV, CERT_SMALL, CERT_SMALL_DIV
+from .rules import CERT_C, certificate_divisor
 
 #: float64 unit roundoff and smallest subnormal.
 U64 = 2.0 ** -53
@@ -146,17 +146,24 @@ def factor(d: CertData):
     ``oz_cert_factor`` computes the same numbers)."""
     xp = _xp(d.P)
     m, n = d.P.shape
-    div = CERT_DIV if m * n >= CERT_SMALL else CERT_SMALL_DIV
+    div = certificate_divisor(m * n)
     ke = xp.maximum(overlap_length(d), 0)
     c = xp.minimum(isqrt(ke).astype(np.float64) * (1.0 / div), float(CERT_C))
     c = xp.minimum(c, (ke - 1).astype(np.float64))
     return xp.where(ke <= 1, 0.0, c)
 
 
-def passes(d: CertData, s, t):
-    """Bool ``(m, n)``: the a-priori test ``T_ij <= c_k u L_ij`` at ``(s, t)``."""
+def target(d: CertData):
+    """``c_ij P_ij``: the target in the units of :func:`excess` (one rounded product,
+    as ``oz_cert_counts`` computes it). It does not depend on the count."""
+    return factor(d) * d.P
+
+
+def passes(d: CertData, s, t, limit=None):
+    """Bool ``(m, n)``: the a-priori test ``T_ij <= c_ij u L_ij`` at ``(s, t)``;
+    ``limit`` is :func:`target` when the caller already has it (a sweep over counts)."""
     x = excess(d, s, t)
-    return (x == 0) | (up(x) <= factor(d) * d.P)
+    return (x == 0) | (up(x) <= (target(d) if limit is None else limit))
 
 
 def truncation_bound(d: CertData, s, t):

@@ -29,6 +29,12 @@ CERT_SMALL = 2 ** 16
 CERT_SMALL_DIV = 32
 
 
+def certificate_divisor(elements: int) -> int:
+    """``d`` of the certificate's factor ``isqrt(k) / d`` for a product of ``elements =
+    m n`` output elements: ``CERT_DIV``, or ``CERT_SMALL_DIV`` below ``CERT_SMALL``."""
+    return CERT_DIV if int(elements) >= CERT_SMALL else CERT_SMALL_DIV
+
+
 def certificate_factor(k: int, elements: int) -> float:
     """The certificate's factor ``c`` of an element summing ``k`` terms (the overlap of
     its row's and column's non-zero ranges along k; the reduction length for dense
@@ -60,8 +66,7 @@ def certificate_factor(k: int, elements: int) -> float:
     k = int(k)
     if k <= 1:
         return 0.0
-    d = CERT_DIV if int(elements) >= CERT_SMALL else CERT_SMALL_DIV
-    return float(min(k - 1, CERT_C, math.isqrt(k) / d))
+    return float(min(k - 1, CERT_C, math.isqrt(k) / certificate_divisor(elements)))
 
 
 def fast_quant_bits(k: int) -> int:
