@@ -86,6 +86,9 @@ def format_stats(s: dict | None = None) -> str:
     if s.get("moduli"):
         lines.append("  moduli used: " + ", ".join(
             f"{n} x{c}" for n, c in sorted(s["moduli"].items())) + " (2-D products)")
+    if s.get("certificate"):
+        lines.append("  certificate: " + ", ".join(
+            f"{o} {c}" for o, c in sorted(s["certificate"].items())) + " (2-D products)")
     secs = ", ".join(f"{k} {v:.3f} s" for k, v in sorted(s["seconds"].items()) if v)
     if secs:
         lines.append(f"  time: {secs}")
