@@ -19,7 +19,7 @@ import cupy
 import numpy as np
 
 from ..engine import DECLINED, DONE, OVERFLOW, Engine
-from ..semantics import apply_alpha_beta
+from ..semantics import apply_alpha_beta, transpose_pair
 from . import availability, phase22, pipeline, staging, tuning
 from .errors import CudaEngineError, translating
 
@@ -85,7 +85,10 @@ def matmul_numpy(a3, b3, plan, *, phases=None, check_finite=False, out=None, bou
             for idx in np.ndindex(*batch):
                 # both operands' chunks go through the staging threads together
                 A, fa = staging.cached_upload(a3[idx], "a", last, stream)
-                B, fb = staging.cached_upload(b3[idx], "b", last, stream)
+                if transpose_pair(a3[idx], b3[idx]):
+                    B, fb = A.T, []     # x.T @ x, x @ x.T: one upload, one triangle
+                else:
+                    B, fb = staging.cached_upload(b3[idx], "b", last, stream)
                 staging.wait(fa + fb)
                 C = cupy.empty((m, n), dtype=np.float64)
                 Bd = None if bound is None else cupy.empty((m, n), dtype=np.float64)

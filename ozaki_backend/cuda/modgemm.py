@@ -111,16 +111,20 @@ def products_into(RA, RB, C, n_moduli, rows, cols, kpad, *, strategy=None):
     Parameters
     ----------
     RA : cupy int8 (N, TM, kpad)
-        Residue planes of A's rows (the first ``rows`` rows are used).
+        Residue planes of A's rows (the first ``rows`` rows are used); rows contiguous
+        (``kpad`` apart), the planes may be any distance apart (a row block of larger
+        planes: the symmetric product reads both sides from one set of planes).
     RB : cupy int8 (N, TN, kpad)
-        Residue planes of B's columns (the first ``cols`` used).
+        Residue planes of B's columns (the first ``cols`` used), laid out like ``RA``.
     C : cupy int32 (N, TM, ldc)
-        Output planes; ``ldc >= cols``.
+        Output planes; ``ldc >= cols``; rows contiguous, planes any distance apart.
     """
     N = n_moduli
     lda = ldb = kpad
-    ldc = C.shape[2]
-    sa, sb, sc = RA.shape[1] * kpad, RB.shape[1] * kpad, C.shape[1] * ldc
+    if RA.strides[1:] != (kpad, 1) or RB.strides[1:] != (kpad, 1) or C.strides[2] != 4:
+        raise ValueError("residue planes need contiguous rows of kpad bytes")
+    ldc = C.strides[1] // 4
+    sa, sb, sc = RA.strides[0], RB.strides[0], C.strides[0] // 4
     strategy = strategy or gemm_strategy(rows, cols)
     fold = loader.get_function("modgemm.cu", "oz_fold_products")
     h = handle()
