@@ -84,6 +84,18 @@ def _note_workspace():
         _local.peak = max(getattr(_local, "peak", 0), used)
 
 
+@contextmanager
+def tile_extra(extra):
+    """Within the block, tile choices also count ``extra(tm, tn)`` bytes per tile (the
+    out-of-core driver's operand blocks and result tile)."""
+    prev = getattr(_local, "extra", None)
+    _local.extra = extra
+    try:
+        yield
+    finally:
+        _local.extra = prev
+
+
 def last_workspace_peak():
     """Device bytes of this thread's most recent Ozaki-II product's workspace at its
     high-water mark (CuPy pool use above the start of the product, sampled after each
@@ -159,6 +171,10 @@ def _tiles_for(m, n, nbytes, free=None):
     if override is not None:
         return max(1, min(m, override[0])), max(1, min(n, override[1]))
     budget = workspace_budget(free)
+    extra = getattr(_local, "extra", None)
+    if extra is not None:           # out of core: operand blocks and the result tile too
+        size = nbytes
+        nbytes = lambda tm, tn: size(tm, tn) + extra(tm, tn)   # noqa: E731
     tm, tn = max(m, 1), max(n, 1)
     while nbytes(tm, tn) > budget:
         if tm <= _MIN_TILE and tn <= _MIN_TILE:
@@ -192,21 +208,23 @@ class Prepared:
     bm : :class:`~.scaling.BoundMatrix` and ``btiles`` its tiles; k, kpad, mode.
     """
 
-    def __init__(self, A, B, mode, ph=None, certify=True, sym=False):
+    def __init__(self, A, B, mode, ph=None, certify=True, sym=False, Bt=None, block=None):
         ph = ph or _nothing
-        self.A, self.Bt = A, B.T
+        self.A, self.Bt = A, (B.T if Bt is None else Bt)
         self.sym = sym
         m, self.k = A.shape
-        n = B.shape[1]
+        n = self.Bt.shape[0]
         self.mode = mode
         self.kpad = kpad = round_up(self.k, KPAD)
         with ph("scaling"):
             # [Inf/NaN flag (above 1024), count, uncertified elements]: the one small
             # array the usual path reads back.
             self.st = cupy.zeros(3, dtype=np.int32)
-            self.S, _, _ = scaling.equilibration(self.A, self.Bt)
-            self.a = scaling.side_statistics(self.A, self.S, -1, mode, gmax=self.st[:1])
-            self.b = scaling.side_statistics(self.Bt, self.S, +1, mode, gmax=self.st[:1])
+            self.S, _, _ = scaling.equilibration(self.A, self.Bt, block)
+            self.a = scaling.side_statistics(self.A, self.S, -1, mode, gmax=self.st[:1],
+                                             block=block)
+            self.b = scaling.side_statistics(self.Bt, self.S, +1, mode, gmax=self.st[:1],
+                                             block=block)
             tm, tn = _tiles_for(m, n, lambda tm, tn: _bound_layout(tm, tn, kpad).nbytes)
             self.btiles = _tile_list(m, n, tm, tn)
             # Fast mode needs the bound GEMM only for the certificate.
@@ -260,7 +278,8 @@ def integer_product_into(prep: Prepared, n_moduli, s, t, out, *, alpha=1.0, beta
     m, k = A.shape
     n = Bt.shape[0]
     N, kpad = n_moduli, prep.kpad
-    if prep.sym:
+    host_out = isinstance(out, np.ndarray)      # out of core: tiles go to host memory
+    if prep.sym and not host_out:
         if alpha != 1.0 or beta != 0.0:
             raise ValueError("the symmetric product is computed without alpha/beta")
         symmetric.product_into(A, S, s, N, kpad, out, workspace_budget(), ph=ph,
@@ -281,6 +300,7 @@ def integer_product_into(prep: Prepared, n_moduli, s, t, out, *, alpha=1.0, beta
     _note_workspace()
     v = prod.carve(buf)
     RA, RB, C = v["RA"], v["RB"], v["C"]
+    tile = cupy.empty((tm, tn), dtype=np.float64) if host_out else None
     items = [(l, l, p, l) for l, p in enumerate(MODULI[:N])]
     rows_key = cols_key = None
     for (i0, i1, j0, j1) in _tile_list(m, n, tm, tn):
@@ -299,10 +319,13 @@ def integer_product_into(prep: Prepared, n_moduli, s, t, out, *, alpha=1.0, beta
                 modgemm.products_into(RA, RB, C, N, i1 - i0, j1 - j0, kpad,
                                       strategy=strategy)
         with ph("crt"):
-            crt.crt_into(C, N, i1 - i0, j1 - j0, s[i0:i1], t[j0:j1], out[i0:i1, j0:j1],
+            dest = tile[:i1 - i0, :j1 - j0] if host_out else out[i0:i1, j0:j1]
+            crt.crt_into(C, N, i1 - i0, j1 - j0, s[i0:i1], t[j0:j1], dest,
                          alpha=alpha, beta=beta,
                          C0=None if C0 is None else C0[i0:i1, j0:j1])
-    del buf, v, RA, RB, C
+            if host_out:
+                out[i0:i1, j0:j1] = dest.get()
+    del buf, v, RA, RB, C, tile
 
 
 def _fixed_product(A, B, n_moduli, mode):
@@ -384,26 +407,45 @@ def product_into(A, B, plan, out, *, alpha=1.0, beta=0.0, C0=None, phases=None,
         ``"native fallback"``), or None for a non-finite operand (``check_finite``).
     """
     sym = transpose_pair(A, B)
+
+    def once():
+        return _product_once(A, B, plan, out, alpha=alpha, beta=beta, C0=C0,
+                             phases=phases, strategy=strategy, check_finite=check_finite,
+                             bound=bound, sym=sym)
+
+    unsafe = beta != 0.0 and C0 is not None and cupy.may_share_memory(C0, out)
+    done, res = with_retries(once, phases, in_place=unsafe)
+    if done:
+        return res
+    return _native_fallback(A, B, out, alpha, beta, C0, bound, check_finite, sym, res)
+
+
+def with_retries(attempt, phases=None, in_place=False):
+    """``(True, attempt())``, retried after an out-of-memory error with half the
+    workspace budget (:data:`OOM_RETRIES` times), or ``(False, reason)`` when every
+    attempt ran out of memory (or even the smallest tile exceeds the budget). Records the
+    workspace high-water mark (:func:`last_workspace_peak`, ``phases.workspace_peak``).
+
+    ``in_place``: the result overwrites an input (``C`` updated in place): a retry after
+    a partial write would read a damaged input, so the error is raised instead.
+    """
     pool = cupy.get_default_memory_pool()
     _local.base, _local.peak = pool.used_bytes(), 0
     _local.retry_budget = None
+    reason = ""
     try:
-        for attempt in range(OOM_RETRIES + 1):
+        for n in range(OOM_RETRIES + 1):
             try:
-                return _product_once(A, B, plan, out, alpha=alpha, beta=beta, C0=C0,
-                                     phases=phases, strategy=strategy,
-                                     check_finite=check_finite, bound=bound, sym=sym)
+                return True, attempt()
             except (cupy.cuda.memory.OutOfMemoryError, WorkspaceTooSmall) as exc:
                 reason = f"device out of memory ({exc})"
-                if isinstance(exc, WorkspaceTooSmall) or attempt == OOM_RETRIES:
+                if isinstance(exc, WorkspaceTooSmall) or n == OOM_RETRIES:
                     break
-                if beta != 0.0 and C0 is not None and cupy.may_share_memory(C0, out):
-                    # out may already hold some tiles of the result: C0 is lost.
+                if in_place:
                     raise CudaEngineError(f"{reason} while updating C in place") from exc
                 pool.free_all_blocks()
                 _local.retry_budget = workspace_budget() // 2
-        return _native_fallback(A, B, out, alpha, beta, C0, bound, check_finite, sym,
-                                reason)
+        return False, reason
     finally:
         _local.last_peak = getattr(_local, "peak", None)
         if phases is not None:

@@ -114,3 +114,43 @@ def test_repeated_out_of_memory_errors_fall_back_natively_with_a_warning(monkeyp
             dA, dB = cupy.asarray(A), cupy.asarray(B)
             got = ob.matmul(dA, dB, engine="cuda")
             np.testing.assert_array_equal(got.get(), cupy.matmul(dA, dB).get())
+
+
+# ---------------------------------------------------------------- out of core
+
+@pytest.fixture
+def out_of_core(monkeypatch):
+    from ozaki_backend.cuda import outofcore
+
+    monkeypatch.setattr(outofcore, "FORCE", True)
+    return outofcore
+
+
+@pytest.mark.parametrize("mode", ["accurate", "fast"])
+@pytest.mark.parametrize("budget", [None, 20 << 20])
+def test_out_of_core_products_match_the_cpu_engine(out_of_core, mode, budget):
+    A, B = _data((900, 600), 11), _data((600, 700), 12)
+    A[:, 5] *= 2.0 ** 40                      # a k-scaling pattern: S != 0
+    B[5, :] *= 2.0 ** -40
+    ref = ob.matmul(A, B, engine="cpu", mode=mode)
+    got = ob.matmul(A, B, engine="cuda", mode=mode, workspace=budget)
+    assert_same_bits(got, ref)
+    F = np.asfortranarray(A)
+    assert_same_bits(ob.matmul(F, B, engine="cuda", mode=mode, workspace=budget), ref)
+
+
+def test_out_of_core_symmetric_products_keep_the_symmetric_scaling(out_of_core):
+    X = _data((700, 300), 13)
+    ref = ob.matmul(X.T, X, engine="cpu")
+    got = ob.matmul(X.T, X, engine="cuda", workspace=16 << 20)
+    assert_same_bits(got, ref)
+    assert_same_bits(got, got.T)
+
+
+def test_out_of_core_fixed_counts_and_non_finite_operands(out_of_core):
+    A, B = _data((300, 200), 14), _data((200, 250), 15)
+    plan = ob.plan(300, 250, 200, moduli=9)
+    assert_same_bits(plan.matmul(A, B, engine="cuda"), plan.matmul(A, B, engine="cpu"))
+    A[3, 3] = np.nan
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(ob.matmul(A, B, engine="cuda"), np.matmul(A, B))
