@@ -63,8 +63,17 @@ class HostRows:
             # The previous block is released on this stream first: in stream order the
             # kernels still reading it finish before the upload reuses its memory.
             self._block = None
-            host = np.ascontiguousarray(self.X[i0:i1], dtype=np.float64)
-            dev, futures = staging.upload_start(host, cupy.cuda.get_current_stream())
+            rows = self.X[i0:i1]
+            stream = cupy.cuda.get_current_stream()
+            if abs(rows.strides[0]) < abs(rows.strides[1]):
+                # column-major rows (B.T of a C-ordered B): gather its columns in their
+                # own order (no transposing copy on the host); kernels read any strides
+                dev, futures = staging.upload_start(
+                    np.ascontiguousarray(rows.T, dtype=np.float64), stream)
+                dev = dev.T
+            else:
+                dev, futures = staging.upload_start(
+                    np.ascontiguousarray(rows, dtype=np.float64), stream)
             staging.wait(futures)
             self._block, self._key = dev, (i0, i1)
         return self._block
