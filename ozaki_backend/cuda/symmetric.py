@@ -3,10 +3,11 @@
 Mirrors :mod:`ozaki_backend.reference.symmetric`. With ``B = A.T`` and ``t = s``, one
 set of residue planes of A's rows serves both sides of every INT8 GEMM: the planes are
 written once (``N x m x kpad`` bytes), and each tile of the upper block triangle
-(row panel ``[i0, i1)`` of :func:`~ozaki_backend.spec.tiling.symmetric_panels`, columns
-``[j0, j1)`` with ``j0 >= i0``) is one set of cuBLAS INT8 GEMMs reading row blocks of
-those planes, followed by the fused CRT pass into ``out[i0:i1, j0:j1]``. The blocks
-below the diagonal blocks are then copied from their mirror images on the device. When
+(:func:`~ozaki_backend.spec.tiling.symmetric_tiles`: large off-diagonal blocks from
+recursive halving, small diagonal blocks in full) is one set of cuBLAS INT8 GEMMs
+reading row blocks of those planes, followed by the fused CRT pass into
+``out[i0:i1, j0:j1]``. The blocks below the diagonal blocks are then copied from their
+mirror images on the device. When
 the planes do not fit the workspace budget, each tile computes its own row blocks'
 planes (more residue passes, the same bits).
 """
@@ -17,7 +18,7 @@ import cupy
 import numpy as np
 
 from .. import _stats
-from ..spec.tiling import symmetric_panels, symmetric_work
+from ..spec.tiling import mirrored_blocks, symmetric_tiles, symmetric_work
 from . import crt, modgemm, residues
 from ._common import Workspace, round_up
 from .errors import WorkspaceTooSmall
@@ -26,47 +27,42 @@ from .errors import WorkspaceTooSmall
 MIN_PANEL_ROWS = 256
 
 
-def _layout(m, rows, width, kpad, N, whole):
+def _layout(m, rows, cols, kpad, N, whole):
     ws = Workspace()
     if whole:
         ws.need("R", (N, m, kpad), np.int8)
     else:
         ws.need("RA", (N, rows, kpad), np.int8)
-        ws.need("RB", (N, width, kpad), np.int8)
-    ws.need("C", (N, rows, round_up(width, 16)), np.int32)
+        ws.need("RB", (N, cols, kpad), np.int8)
+    ws.need("C", (N, rows, round_up(cols, 16)), np.int32)
     return ws
 
 
 def plan_tiles(m, kpad, N, budget):
-    """``(panels, width, whole)``: the row panels, the column width of a tile and
-    whether one set of planes for all of A fits ``budget`` bytes (else each tile makes
-    its own). Widths halve (multiples of 256) until the workspace fits; None when even
-    the smallest tile does not."""
-    panels = symmetric_panels(m, min_rows=MIN_PANEL_ROWS)
-    rows = max(i1 - i0 for i0, i1 in panels)
+    """``(tiles, rows, cols, whole)``: the upper block triangle's tiles, the largest
+    tile's rows and columns, and whether one set of planes for all of A fits ``budget``
+    bytes (else each tile makes its own). Tiles are cut (halving, multiples of 256)
+    until the workspace fits; None when even 256 x 256 tiles do not."""
     for whole in (True, False):
-        width = m
+        cap = None
         while True:
-            if _layout(m, rows, width, kpad, N, whole).nbytes <= budget:
-                return panels, width, whole
-            if width <= MIN_PANEL_ROWS:
+            tiles = symmetric_tiles(m, min_rows=MIN_PANEL_ROWS, max_tile=cap)
+            rows = max(i1 - i0 for i0, i1, _, _ in tiles)
+            cols = max(j1 - j0 for _, _, j0, j1 in tiles)
+            if _layout(m, rows, cols, kpad, N, whole).nbytes <= budget:
+                return tiles, rows, cols, whole
+            biggest = max(rows, cols)
+            if biggest <= MIN_PANEL_ROWS:
                 break
-            width = max(MIN_PANEL_ROWS, round_up(-(-width // 2), 256))
+            cap = max(MIN_PANEL_ROWS, round_up(-(-biggest // 2), 256))
     return None
 
 
-def tiles(panels, width, m):
-    """The output tiles ``(i0, i1, j0, j1)`` of the upper block triangle."""
-    return [(i0, i1, j0, min(m, j0 + width))
-            for i0, i1 in panels for j0 in range(i0, m, width)]
-
-
-def mirror_lower(out, panels):
-    """``out[i1:, i0:i1] = out[i0:i1, i1:].T`` for every panel (device copies of
-    disjoint regions)."""
-    for i0, i1 in panels:
-        if i1 < out.shape[0]:
-            out[i1:, i0:i1] = out[i0:i1, i1:].T
+def mirror_lower(out, tiles):
+    """``out[j0:j1, i0:i1] = out[i0:i1, j0:j1].T`` for every tile above the diagonal
+    blocks (device copies of disjoint regions)."""
+    for i0, i1, j0, j1 in mirrored_blocks(tiles):
+        out[j0:j1, i0:i1] = out[i0:i1, j0:j1].T
 
 
 def product_into(A, S, s, n_moduli, kpad, out, budget, *, ph, note=None):
@@ -91,9 +87,8 @@ def product_into(A, S, s, n_moduli, kpad, out, budget, *, ph, note=None):
         need = _layout(m, MIN_PANEL_ROWS, MIN_PANEL_ROWS, kpad, N, False).nbytes
         raise WorkspaceTooSmall(f"the smallest symmetric tile needs {need} bytes of "
                                 f"workspace, the budget is {budget}")
-    panels, width, whole = choice
-    rows = max(i1 - i0 for i0, i1 in panels)
-    ws = _layout(m, rows, width, kpad, N, whole)
+    tiles, rows, cols, whole = choice
+    ws = _layout(m, rows, cols, kpad, N, whole)
     buf = cupy.empty(ws.nbytes, dtype=np.uint8)
     if note is not None:
         note()
@@ -103,7 +98,7 @@ def product_into(A, S, s, n_moduli, kpad, out, budget, *, ph, note=None):
         with ph("residues"):
             residues.residue_planes_into(A, s, v["R"], N, S=S, ks=-1)
     rows_key = cols_key = None
-    for (i0, i1, j0, j1) in tiles(panels, width, m):
+    for (i0, i1, j0, j1) in tiles:
         if whole:
             RA, RB = v["R"][:, i0:i1], v["R"][:, j0:j1]
         else:
@@ -116,11 +111,11 @@ def product_into(A, S, s, n_moduli, kpad, out, budget, *, ph, note=None):
                     residues.residue_planes_into(A[j0:j1], s[j0:j1], RB, N, S=S, ks=-1)
                     cols_key = (j0, j1)
         with ph("gemms"):
-            modgemm.products_into(RA, RB, C, N, i1 - i0, j1 - j0, kpad, strategy=None)
+            modgemm.products_into(RA, RB, C, N, i1 - i0, j1 - j0, kpad)
         with ph("crt"):
             crt.crt_into(C, N, i1 - i0, j1 - j0, s[i0:i1], s[j0:j1], out[i0:i1, j0:j1])
     with ph("crt"):
-        mirror_lower(out, panels)
+        mirror_lower(out, tiles)
     del buf, v, C
     k = A.shape[1]
-    _stats.record_symmetric(symmetric_work(panels, m) * k * N, m * m * k * N)
+    _stats.record_symmetric(symmetric_work(tiles) * k * N, m * m * k * N)

@@ -6,12 +6,11 @@ one exact integer (``docs/spec.md`` §6), computed from the scaling of its whole
 and whole column of B, so which tile an element is computed in, and how large the tiles
 are, only changes speed and memory.
 
-* :func:`symmetric_panels` — the row panels of a symmetric product ``x.T @ x`` or
-  ``x @ x.T``: panel ``[i0, i1)`` computes the output block ``C[i0:i1, i0:m]`` (the
-  upper block triangle, diagonal blocks in full), the rest is mirrored.
-  With ``t`` panels of equal height the work is ``t(t+1)/2`` of ``t^2`` blocks, i.e.
-  ``(t+1)/(2t)`` of a general product: 0.53 for the default 16 panels
-  (:func:`symmetric_work_fraction` gives the exact figure for ragged panels).
+* :func:`symmetric_tiles` — the tiles of a symmetric product ``x.T @ x`` or
+  ``x @ x.T``: the upper block triangle, halved recursively (large off-diagonal GEMMs,
+  small diagonal blocks computed in full); the rest is mirrored. With 16 diagonal
+  blocks the work is 17/32 = 0.53 of a general product
+  (:func:`symmetric_work_fraction` gives the exact figure for ragged sizes).
 * :func:`tile_list` — output tiles covering an ``m x n`` product exactly once.
 * :func:`parse_bytes` and :func:`default_budget` — the device workspace budget
   (``workspace=`` / ``OZAKI_BACKEND_WORKSPACE``).
@@ -21,10 +20,10 @@ from __future__ import annotations
 
 import re
 
-#: Target number of row panels of a symmetric product: (16 + 1) / 32 = 0.53 of the
-#: general product's INT8 work (at least 10 panels are needed for 0.55).
+#: Target number of diagonal blocks of a symmetric product: (16 + 1) / 32 = 0.53 of
+#: the general product's INT8 work (at least 10 are needed for 0.55).
 SYMMETRIC_PANELS = 16
-#: Panel heights are multiples of this (whole warps / MMA tiles on the GPU).
+#: Block boundaries are multiples of this (whole warps / MMA tiles on the GPU).
 PANEL_ALIGN = 64
 
 #: Default workspace budget: this fraction of the device memory that is free when the
@@ -37,32 +36,57 @@ DEFAULT_FRACTION = 0.85
 DEFAULT_CAP = 16 << 30
 
 
-def symmetric_panels(m: int, panels: int = SYMMETRIC_PANELS, min_rows: int = PANEL_ALIGN):
-    """Row panels ``[(i0, i1), ...]`` of a symmetric ``m x m`` product.
+def symmetric_leaf(m: int, panels: int = SYMMETRIC_PANELS, min_rows: int = PANEL_ALIGN) -> int:
+    """Largest diagonal block of a symmetric ``m x m`` product: ``m / panels`` (rounded
+    up to :data:`PANEL_ALIGN`), at least ``min_rows``."""
+    rows = max(min_rows, -(-m // max(1, panels)))
+    return -(-rows // PANEL_ALIGN) * PANEL_ALIGN
 
-    Panel ``(i0, i1)`` computes ``C[i0:i1, i0:m]``; together they cover every element
-    on or above the diagonal at least once (the diagonal blocks in full) and every
-    block strictly below the diagonal never.
 
-    Parameters
-    ----------
-    m : int
-        Order of the product.
-    panels : int
-        Target number of panels (more panels: less work, smaller GEMMs).
-    min_rows : int
-        Smallest panel height (rounded up to :data:`PANEL_ALIGN`).
-    """
+def symmetric_tiles(m: int, panels: int = SYMMETRIC_PANELS, min_rows: int = PANEL_ALIGN,
+                    max_tile: int | None = None):
+    """Output tiles ``[(i0, i1, j0, j1), ...]`` of a symmetric ``m x m`` product: the
+    upper block triangle, cut recursively as a symmetric rank-k update is.
+
+    ``[0, m)`` is halved until a block is at most :func:`symmetric_leaf` rows: each
+    halving adds the full off-diagonal block ``(lower half) x (upper half)`` (one large
+    GEMM), and each leaf is a diagonal block computed in full. So the tiles cover every
+    element on or above the diagonal (the diagonal blocks in full, both their triangles)
+    and nothing strictly below the diagonal blocks; with ``2^d`` leaves the work is
+    ``1/2 + 1/2^(d+1)`` of the general product's (0.53 for 16 leaves). ``max_tile``
+    cuts any tile into pieces of at most that many rows and columns (a workspace
+    budget)."""
     if m <= 0:
         return []
-    rows = max(min_rows, -(-m // max(1, panels)))
-    rows = -(-rows // PANEL_ALIGN) * PANEL_ALIGN
-    return [(i0, min(m, i0 + rows)) for i0 in range(0, m, rows)]
+    leaf = symmetric_leaf(m, panels, min_rows)
+    out = []
+
+    def split(i0, i1):
+        if i1 - i0 <= leaf:
+            out.append((i0, i1, i0, i1))
+            return
+        mid = i0 + -(-((i1 - i0) // 2) // PANEL_ALIGN) * PANEL_ALIGN
+        mid = min(mid, i1 - 1)
+        split(i0, mid)
+        out.append((i0, mid, mid, i1))
+        split(mid, i1)
+
+    split(0, m)
+    if max_tile is None:
+        return out
+    cut = []
+    for i0, i1, j0, j1 in out:
+        for a in range(i0, i1, max_tile):
+            for b in range(j0, j1, max_tile):
+                if i0 == j0 and b < a:      # below the diagonal of a diagonal block
+                    continue
+                cut.append((a, min(i1, a + max_tile), b, min(j1, b + max_tile)))
+    return cut
 
 
-def symmetric_work(panels, m: int) -> int:
-    """Output elements the panels compute (each costs ``k`` multiply-adds per modulus)."""
-    return sum((i1 - i0) * (m - i0) for i0, i1 in panels)
+def symmetric_work(tiles) -> int:
+    """Output elements the tiles compute (each costs ``k`` multiply-adds per modulus)."""
+    return sum((i1 - i0) * (j1 - j0) for i0, i1, j0, j1 in tiles)
 
 
 def symmetric_work_fraction(m: int, panels: int = SYMMETRIC_PANELS,
@@ -70,7 +94,13 @@ def symmetric_work_fraction(m: int, panels: int = SYMMETRIC_PANELS,
     """The symmetric product's INT8 work as a fraction of the general product's."""
     if m <= 0:
         return 1.0
-    return symmetric_work(symmetric_panels(m, panels, min_rows), m) / (m * m)
+    return symmetric_work(symmetric_tiles(m, panels, min_rows)) / (m * m)
+
+
+def mirrored_blocks(tiles):
+    """The tiles strictly above the diagonal blocks (``j0 >= i1``): the ones whose
+    mirror images below the diagonal are copied, not computed."""
+    return [t for t in tiles if t[2] >= t[1]]
 
 
 def tile_list(m: int, n: int, tm: int, tn: int):

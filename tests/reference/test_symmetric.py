@@ -16,7 +16,7 @@ from ozaki_backend import _stats
 from ozaki_backend.plan import Plan
 from ozaki_backend.reference import pipeline, symmetric
 from ozaki_backend.semantics import transpose_pair
-from ozaki_backend.spec.tiling import (symmetric_panels, symmetric_work,
+from ozaki_backend.spec.tiling import (mirrored_blocks, symmetric_tiles, symmetric_work,
                                        symmetric_work_fraction)
 from ozaki_backend.testing import exact_matmul
 
@@ -57,13 +57,23 @@ def test_equal_copies_and_other_views_are_not_a_symmetric_pair():
 
 # ---------------------------------------------------------------- panels and work
 
-@pytest.mark.parametrize("m", [1, 63, 64, 65, 130, 1000, 1024, 4097, 60000])
-def test_panels_cover_the_upper_block_triangle_exactly_once(m):
-    panels = symmetric_panels(m)
-    starts = [i0 for i0, _ in panels]
-    assert starts == sorted(starts) and panels[0][0] == 0 and panels[-1][1] == m
-    assert all(a[1] == b[0] for a, b in zip(panels, panels[1:]))      # a partition
-    assert symmetric_work(panels, m) == sum((i1 - i0) * (m - i0) for i0, i1 in panels)
+@pytest.mark.parametrize("m", [1, 63, 64, 65, 130, 1000, 1024, 4097])
+@pytest.mark.parametrize("max_tile", [None, 100])
+def test_tiles_cover_the_upper_triangle_once_and_mirror_the_rest(m, max_tile):
+    tiles = symmetric_tiles(m, max_tile=max_tile)
+    cover = np.zeros((m, m), dtype=np.int64)
+    for i0, i1, j0, j1 in tiles:
+        assert 0 <= i0 < i1 <= m and i0 <= j0 < j1 <= m
+        if max_tile:
+            assert i1 - i0 <= max_tile and j1 - j0 <= max_tile
+        cover[i0:i1, j0:j1] += 1
+    assert (cover <= 1).all()
+    assert (np.triu(cover) == np.triu(np.ones_like(cover))).all()   # upper: once
+    mirrored = cover.copy()
+    for i0, i1, j0, j1 in mirrored_blocks(tiles):
+        mirrored[j0:j1, i0:i1] += 1
+    assert (mirrored == 1).all()                   # with the mirrors: everything once
+    assert symmetric_work(tiles) == cover.sum()
 
 
 @pytest.mark.parametrize("m", [1024, 2048, 4096, 8192, 30000, 65536])
@@ -124,7 +134,7 @@ def test_fast_mode_gives_the_general_products_bits():
 @pytest.mark.parametrize("mode", ["accurate", "fast"])
 def test_the_triangle_equals_the_full_product_with_the_symmetric_scaling(mode):
     """Tiling never changes a bit: the mirrored triangle is the integer product of the
-    whole matrix with ``t = s``, for any panel height."""
+    whole matrix with ``t = s``, for any tiling of the upper triangle."""
     X = _x((150, 33), seed=5)
     A, B = X, X.T
     plan = Plan(150, 150, 33, moduli=9, mode=mode)
@@ -135,8 +145,10 @@ def test_the_triangle_equals_the_full_product_with_the_symmetric_scaling(mode):
     assert_same_bits(s, t)
     full = pipeline.integer_product(A, np.array(B), s, t, 9)        # general loop
     assert_same_bits(res.C, full)
-    for panels in ([(0, 150)], [(0, 64), (64, 128), (128, 150)], [(i, i + 1) for i in range(150)]):
-        assert_same_bits(symmetric.integer_product(A, s, 9, panels), full)
+    for tiles in ([(0, 150, 0, 150)], symmetric_tiles(150, min_rows=1),
+                  symmetric_tiles(150, max_tile=7),
+                  [(i, i + 1, j, j + 1) for i in range(150) for j in range(i, 150)]):
+        assert_same_bits(symmetric.integer_product(A, s, 9, tiles), full)
 
 
 def test_the_moduli_count_is_the_symmetric_products_own():
