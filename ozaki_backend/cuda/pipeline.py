@@ -230,6 +230,8 @@ class Prepared:
             # Fast mode needs the bound GEMM only for the certificate.
             need = certify or mode == "accurate"
             self.bm = BoundMatrix(self.a, self.b, self.S, kpad, tm, tn) if need else None
+            if self.bm is not None:
+                self.bm.symmetric = sym and len(self.btiles) == 1
             scaling.kept_bits(self.a, self.b, self.bm, self.btiles if need else [], mode)
             if sym:
                 # B = A.T: both sides take the row rule (t = s), as the reference's
@@ -260,6 +262,7 @@ class Prepared:
         if self.bm is None:
             (i0, i1, j0, j1) = self.btiles[0]
             self.bm = BoundMatrix(self.a, self.b, self.S, self.kpad, i1 - i0, j1 - j0)
+            self.bm.symmetric = self.sym and len(self.btiles) == 1
             self.bm._summed = {("a", (r0, r1)) for (r0, r1, _, _) in self.btiles} | \
                 {("b", (c0, c1)) for (_, _, c0, c1) in self.btiles}
         return self.bm

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..spec.moduli import MAX_MODULI, MIN_MODULI
 from ..spec.rules import BOUND_KMAX, fast_quant_bits
+from ..spec.tiling import mirrored_blocks, symmetric_tiles
 from . import loader
 from ._common import INT_MAX, INT_MIN, KPAD, LDC_PAD, as_rows, blocks, h_params, lam1, round_up
 from .modgemm import gemm_tn
@@ -268,6 +269,18 @@ def bound_tile_into(QA, QB, rows, cols, kpad, P, P32=None):
         acc((blocks(rows * ldc),), (256,), (P32, P, np.int64(rows * ldc)))
 
 
+def symmetric_bound_into(QA, rows, kpad, P):
+    """``P[:rows, :rows] = alpha alpha^T`` (int32) from the upper block triangle's tiles
+    (:func:`~ozaki_backend.spec.tiling.symmetric_tiles`), the rest mirrored."""
+    ldc = P.shape[1]
+    tiles = symmetric_tiles(rows, min_rows=256)
+    for i0, i1, j0, j1 in tiles:
+        gemm_tn(QA.data.ptr + i0 * kpad, QA.data.ptr + j0 * kpad,
+                P.data.ptr + 4 * (i0 * ldc + j0), i1 - i0, j1 - j0, kpad, kpad, kpad, ldc)
+    for i0, i1, j0, j1 in mirrored_blocks(tiles):
+        P[j0:j1, i0:i1] = P[i0:i1, j0:j1].T
+
+
 class BoundMatrix:
     """The bound GEMM ``P = alpha beta^T`` (spec §2.3), tile by tile (``(tm, tn)`` tiles).
 
@@ -286,6 +299,9 @@ class BoundMatrix:
         self.P32 = views.get("P32") if big else None
         self._rows_key = self._cols_key = self._tile_key = None
         self._summed = set()
+        #: A symmetric product in one tile (B = A.T): P = alpha alpha^T is computed on
+        #: the upper block triangle and mirrored (exact integers: the same P).
+        self.symmetric = False
 
     @staticmethod
     def need(ws, tm, tn, kpad):
@@ -324,7 +340,11 @@ class BoundMatrix:
             if self._cols_key != (j0, j1):
                 self._quantize(self.b, (j0, j1), self.QB)
                 self._cols_key = (j0, j1)
-            bound_tile_into(self.QA, self.QB, i1 - i0, j1 - j0, self.kpad, self.P, self.P32)
+            if self.symmetric and (i0, j0) == (0, 0) and i1 == j1 and self.P.dtype == np.int32:
+                symmetric_bound_into(self.QA, i1, self.kpad, self.P)
+            else:
+                bound_tile_into(self.QA, self.QB, i1 - i0, j1 - j0, self.kpad, self.P,
+                                self.P32)
             self._tile_key = (i0, i1, j0, j1)
         return self.P
 
