@@ -51,7 +51,7 @@ TILE_OVERRIDE = None
 #: own allocations need some headroom); the default budget is also capped
 #: (:data:`ozaki_backend.spec.tiling.DEFAULT_CAP`).
 MEMORY_FRACTION = tiling.DEFAULT_FRACTION
-_MIN_TILE = 256
+_MIN_TILE = tiling.MIN_TILE
 #: Out-of-memory retries, each with half the previous budget, before the product is
 #: computed natively (with a warning).
 OOM_RETRIES = 3
@@ -175,17 +175,13 @@ def _tiles_for(m, n, nbytes, free=None):
     if extra is not None:           # out of core: operand blocks and the result tile too
         size = nbytes
         nbytes = lambda tm, tn: size(tm, tn) + extra(tm, tn)   # noqa: E731
-    tm, tn = max(m, 1), max(n, 1)
-    while nbytes(tm, tn) > budget:
-        if tm <= _MIN_TILE and tn <= _MIN_TILE:
-            raise WorkspaceTooSmall(
-                f"device out of memory: the smallest tile ({tm} x {tn}) needs "
-                f"{nbytes(tm, tn)} bytes of workspace, {budget} are available")
-        if tm >= tn:
-            tm = max(_MIN_TILE, round_up(-(-tm // 2), 64))
-        else:
-            tn = max(_MIN_TILE, round_up(-(-tn // 2), 64))
-    return tm, tn
+    tiles = tiling.fit_tiles(m, n, nbytes, budget, _MIN_TILE)
+    if tiles is None:
+        t = min(m, _MIN_TILE), min(n, _MIN_TILE)
+        raise WorkspaceTooSmall(
+            f"device out of memory: the smallest tile ({t[0]} x {t[1]}) needs "
+            f"{nbytes(*t)} bytes of workspace, {budget} are available")
+    return tiles
 
 
 def choose_tiles(m, n, kpad, N, mode=None, free=None, path="cublas"):

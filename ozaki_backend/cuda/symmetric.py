@@ -18,16 +18,18 @@ import cupy
 import numpy as np
 
 from .. import _stats
-from ..spec.tiling import mirrored_blocks, symmetric_tiles, symmetric_work
+from ..spec import tiling
+from ..spec.tiling import mirrored_blocks, symmetric_plan, symmetric_work
 from . import crt, modgemm, residues
 from ._common import Workspace, round_up
 from .errors import WorkspaceTooSmall
 
-#: The GPU's smallest panel: INT8 GEMMs of fewer rows run far below the peak.
-MIN_PANEL_ROWS = 256
+#: The GPU's smallest diagonal block: INT8 GEMMs of fewer rows run far below the peak.
+MIN_PANEL_ROWS = tiling.MIN_TILE
 
 
 def _layout(m, rows, cols, kpad, N, whole):
+    """The workspace of :func:`~ozaki_backend.spec.tiling.symmetric_workspace_bytes`."""
     ws = Workspace()
     if whole:
         ws.need("R", (N, m, kpad), np.int8)
@@ -39,23 +41,8 @@ def _layout(m, rows, cols, kpad, N, whole):
 
 
 def plan_tiles(m, kpad, N, budget):
-    """``(tiles, rows, cols, whole)``: the upper block triangle's tiles, the largest
-    tile's rows and columns, and whether one set of planes for all of A fits ``budget``
-    bytes (else each tile makes its own). Tiles are cut (halving, multiples of 256)
-    until the workspace fits; None when even 256 x 256 tiles do not."""
-    for whole in (True, False):
-        cap = None
-        while True:
-            tiles = symmetric_tiles(m, min_rows=MIN_PANEL_ROWS, max_tile=cap)
-            rows = max(i1 - i0 for i0, i1, _, _ in tiles)
-            cols = max(j1 - j0 for _, _, j0, j1 in tiles)
-            if _layout(m, rows, cols, kpad, N, whole).nbytes <= budget:
-                return tiles, rows, cols, whole
-            biggest = max(rows, cols)
-            if biggest <= MIN_PANEL_ROWS:
-                break
-            cap = max(MIN_PANEL_ROWS, round_up(-(-biggest // 2), 256))
-    return None
+    """:func:`~ozaki_backend.spec.tiling.symmetric_plan` with the GPU's smallest tile."""
+    return symmetric_plan(m, kpad, N, budget, min_rows=MIN_PANEL_ROWS)
 
 
 def mirror_lower(out, tiles):

@@ -103,6 +103,67 @@ def mirrored_blocks(tiles):
     return [t for t in tiles if t[2] >= t[1]]
 
 
+#: Alignment of every buffer inside a workspace allocation (cuda/_common.Workspace).
+BUFFER_ALIGN = 256
+#: Smallest output tile side the GPU tiles down to.
+MIN_TILE = 256
+
+
+def layout_bytes(*buffers) -> int:
+    """Bytes of one workspace allocation holding ``buffers`` (``(count, itemsize)``
+    pairs), each aligned to :data:`BUFFER_ALIGN` as the CUDA engine carves them."""
+    return sum(-(-max(count * size, 1) // BUFFER_ALIGN) * BUFFER_ALIGN
+               for count, size in buffers)
+
+
+def fit_tiles(m: int, n: int, nbytes, budget: int, min_tile: int = MIN_TILE):
+    """``(tm, tn)``: the whole ``m x n`` product when ``nbytes(tm, tn) <= budget``, else
+    the tile from halving the longer side (multiples of 64, at least ``min_tile``) until
+    it fits; None when even ``min_tile x min_tile`` does not."""
+    tm, tn = max(m, 1), max(n, 1)
+    while nbytes(tm, tn) > budget:
+        if tm <= min_tile and tn <= min_tile:
+            return None
+        if tm >= tn:
+            tm = max(min_tile, -(-(-(-tm // 2)) // 64) * 64)
+        else:
+            tn = max(min_tile, -(-(-(-tn // 2)) // 64) * 64)
+    return tm, tn
+
+
+def symmetric_plan(m: int, kpad: int, n_moduli: int, budget: int,
+                   min_rows: int = MIN_TILE):
+    """``(tiles, rows, cols, whole)`` of a symmetric product on the GPU: the tiles of
+    :func:`symmetric_tiles` (cut by halving, multiples of 256, until the workspace
+    fits), the largest tile's rows and columns, and whether one set of residue planes
+    for all ``m`` rows fits (``whole``; else each tile makes its own). The workspace is
+    the int8 planes and the int32 products of the largest tile
+    (:func:`symmetric_workspace_bytes`). None when even ``min_rows``-sized tiles do
+    not fit ``budget``."""
+    for whole in (True, False):
+        cap = None
+        while True:
+            tiles = symmetric_tiles(m, min_rows=min_rows, max_tile=cap)
+            rows = max(i1 - i0 for i0, i1, _, _ in tiles)
+            cols = max(j1 - j0 for _, _, j0, j1 in tiles)
+            if symmetric_workspace_bytes(m, rows, cols, kpad, n_moduli, whole) <= budget:
+                return tiles, rows, cols, whole
+            biggest = max(rows, cols)
+            if biggest <= min_rows:
+                break
+            cap = max(min_rows, -(-(-(-biggest // 2)) // 256) * 256)
+    return None
+
+
+def symmetric_workspace_bytes(m, rows, cols, kpad, n_moduli, whole) -> int:
+    """Workspace of the symmetric product: residue planes (all ``m`` rows when
+    ``whole``, else a row block and a column block) and the int32 products of one
+    ``rows x cols`` tile (``cols`` padded to 16)."""
+    N = n_moduli
+    planes = [(N * m * kpad, 1)] if whole else [(N * rows * kpad, 1), (N * cols * kpad, 1)]
+    return layout_bytes(*planes, (N * rows * (-(-cols // 16) * 16), 4))
+
+
 def tile_list(m: int, n: int, tm: int, tn: int):
     """Output tiles ``[(i0, i1, j0, j1), ...]`` of ``tm x tn`` (ragged at the edges),
     row-major, covering the ``m x n`` product exactly once."""
