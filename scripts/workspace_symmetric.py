@@ -1,8 +1,8 @@
 """Issue 17 items 2 and 4 on the GPU: symmetric products, bounded workspace, out of core.
 
     python3 scripts/workspace_symmetric.py symmetric [--rows 60000 --cols 4096]
-    python3 scripts/workspace_symmetric.py budget    [--n 32768 --budget 16GiB]
-    python3 scripts/workspace_symmetric.py outofcore [--check-n 4096 --n 32768 --budget 16GiB]
+    python3 scripts/workspace_symmetric.py budget    [--n 32768 --budget 16GB]
+    python3 scripts/workspace_symmetric.py outofcore [--check-n 4096 --n 32768 --budget 16GB]
     python3 scripts/workspace_symmetric.py all
 
 symmetric  X (rows x cols, C order, device-resident): ``X.T @ X`` (the symmetric path)
@@ -152,7 +152,7 @@ def main(argv=None):
     p.add_argument("--rows", type=int, default=60000)
     p.add_argument("--cols", type=int, default=4096)
     p.add_argument("--n", type=int, default=32768)
-    p.add_argument("--budget", default="16GiB")
+    p.add_argument("--budget", default="16GB")
     p.add_argument("--check-n", type=int, default=4096)
     args = p.parse_args(argv)
     out = {}

@@ -221,6 +221,9 @@ class Prepared:
                                              block=block)
             self.b = scaling.side_statistics(self.Bt, self.S, +1, mode, gmax=self.st[:1],
                                              block=block)
+            if block is not None:       # host operands: free the statistics' last blocks
+                for X in (self.A, self.Bt):
+                    X.release()
             tm, tn = _tiles_for(m, n, lambda tm, tn: _bound_layout(tm, tn, kpad).nbytes)
             self.btiles = _tile_list(m, n, tm, tn)
             # Fast mode needs the bound GEMM only for the certificate.
