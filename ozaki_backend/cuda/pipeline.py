@@ -193,6 +193,22 @@ def choose_tiles(m, n, kpad, N, mode=None, free=None, path="cublas"):
 _tile_list = tiling.tile_list
 
 
+def _k_tiles(m, n, kpad, N):
+    """``(tm, tn, kc)``: the smallest output tiles and the longest chunk of k (a
+    multiple of ``KPAD``) whose integer-product workspace fits the budget."""
+    budget = workspace_budget()
+    extra = getattr(_local, "extra", None) or (lambda tm, tn: 0)
+    tm, tn = min(m, _MIN_TILE), min(n, _MIN_TILE)
+    kc = kpad
+    while _product_layout(tm, tn, kc, N).nbytes + extra(tm, tn) > budget:
+        if kc <= KPAD:
+            raise WorkspaceTooSmall(
+                f"device out of memory: a {tm} x {tn} tile with k in chunks of {KPAD} "
+                f"needs more than the {budget} bytes available")
+        kc = round_up(-(-kc // 2), KPAD)
+    return tm, tn, kc
+
+
 class Prepared:
     """Stages 0–2 of one product: equilibration, statistics, the bound GEMM, the bits
     kept per count — everything the certificate and the shifts need.
@@ -296,8 +312,16 @@ def integer_product_into(prep: Prepared, n_moduli, s, t, out, *, alpha=1.0, beta
         path = "wgmma" if strategy == "wgmma" else chosen
     if strategy not in ("batched", "loop"):
         strategy = None
-    tm, tn = choose_tiles(m, n, kpad, N, path=path)
-    prod = _product_layout(tm, tn, kpad, N, path)
+    kc = kpad
+    try:
+        tm, tn = choose_tiles(m, n, kpad, N, path=path)
+    except WorkspaceTooSmall:
+        # Even the smallest tile's planes are too large: split k too. Each chunk's
+        # products accumulate onto the folded earlier ones: exact mod p, the same bits.
+        path = "cublas"
+        tm, tn, kc = _k_tiles(m, n, kpad, N)
+    chunks = [(k0, min(k, k0 + kc)) for k0 in range(0, k, kc)]
+    prod = _product_layout(tm, tn, kc, N, path)
     buf = cupy.empty(prod.nbytes, dtype=np.uint8)
     _note_workspace()
     v = prod.carve(buf)
@@ -306,20 +330,23 @@ def integer_product_into(prep: Prepared, n_moduli, s, t, out, *, alpha=1.0, beta
     items = [(l, l, p, l) for l, p in enumerate(MODULI[:N])]
     rows_key = cols_key = None
     for (i0, i1, j0, j1) in _tile_list(m, n, tm, tn):
-        with ph("residues"):
-            if rows_key != (i0, i1):
-                residues.residue_planes_into(A[i0:i1], s[i0:i1], RA, N, S=S, ks=-1)
-                rows_key = (i0, i1)
-            if cols_key != (j0, j1):
-                residues.residue_planes_into(Bt[j0:j1], t[j0:j1], RB, N, S=S, ks=+1)
-                cols_key = (j0, j1)
-        with ph("gemms"):
-            if path == "wgmma":
-                modprod.mod_products(RA, RB, items, C, i1 - i0, j1 - j0, backend="wgmma",
-                                     bn=width)
-            else:
-                modgemm.products_into(RA, RB, C, N, i1 - i0, j1 - j0, kpad,
-                                      strategy=strategy)
+        for c, (k0, k1) in enumerate(chunks):
+            with ph("residues"):
+                if rows_key != (i0, i1, k0):
+                    Ar = A[i0:i1] if kc == kpad else A[i0:i1][:, k0:k1]
+                    residues.residue_planes_into(Ar, s[i0:i1], RA, N, S=S[k0:k1], ks=-1)
+                    rows_key = (i0, i1, k0)
+                if cols_key != (j0, j1, k0):
+                    Bc = Bt[j0:j1] if kc == kpad else Bt[j0:j1][:, k0:k1]
+                    residues.residue_planes_into(Bc, t[j0:j1], RB, N, S=S[k0:k1], ks=+1)
+                    cols_key = (j0, j1, k0)
+            with ph("gemms"):
+                if path == "wgmma":
+                    modprod.mod_products(RA, RB, items, C, i1 - i0, j1 - j0,
+                                         backend="wgmma", bn=width)
+                else:
+                    modgemm.products_into(RA, RB, C, N, i1 - i0, j1 - j0, kc,
+                                          strategy=strategy, accumulate=c > 0)
         with ph("crt"):
             dest = tile[:i1 - i0, :j1 - j0] if host_out else out[i0:i1, j0:j1]
             crt.crt_into(C, N, i1 - i0, j1 - j0, s[i0:i1], t[j0:j1], dest,

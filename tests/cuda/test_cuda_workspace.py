@@ -154,3 +154,18 @@ def test_out_of_core_fixed_counts_and_non_finite_operands(out_of_core):
     A[3, 3] = np.nan
     with np.errstate(invalid="ignore"):
         np.testing.assert_array_equal(ob.matmul(A, B, engine="cuda"), np.matmul(A, B))
+
+
+@pytest.mark.parametrize("mode", ["accurate", "fast"])
+def test_budgets_below_the_smallest_tile_split_k_without_changing_a_bit(mode):
+    """k = 20000: a 256 x 256 tile's planes need about 16 * 2 * 256 * 20000 = 164 MB,
+    the bound GEMM's about 12 MB: 40 MB forces chunks of k, whose products accumulate
+    exactly mod p."""
+    A, B = _data((300, 20000), 16), _data((20000, 280), 17)
+    ref = ob.matmul(A, B, engine="cpu", mode=mode)
+    dA, dB = cupy.asarray(A), cupy.asarray(B)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NativeFallbackWarning)
+        got = ob.matmul(dA, dB, engine="cuda", mode=mode, workspace=40 * 10 ** 6)
+    assert_same_bits(got.get(), ref)
+    assert pipeline.last_workspace_peak() <= 40 * 10 ** 6 + _stats_slack(300, 280)
