@@ -145,6 +145,7 @@ def _attempt(a, b, plan, out, check_finite, phases):
                 if unsure:
                     warn_native("out of core, the product needs the a-posteriori test "
                                 "on the whole result")
+                    _stats.record_certificate(pipeline.NATIVE)
                     return None
                 N, outcome = certificate.chosen_count(need, unsure), pipeline.CERTIFIED
             else:

@@ -7,9 +7,8 @@ written once (``N x m x kpad`` bytes), and each tile of the upper block triangle
 recursive halving, small diagonal blocks in full) is one set of cuBLAS INT8 GEMMs
 reading row blocks of those planes, followed by the fused CRT pass into
 ``out[i0:i1, j0:j1]``. The blocks below the diagonal blocks are then copied from their
-mirror images on the device. When
-the planes do not fit the workspace budget, each tile computes its own row blocks'
-planes (more residue passes, the same bits).
+mirror images on the device. When the planes do not fit the workspace budget, each
+tile computes its own row blocks' planes (more residue passes, the same bits).
 """
 
 from __future__ import annotations
