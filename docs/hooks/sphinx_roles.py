@@ -17,6 +17,12 @@ are left alone):
 * ``:math:`x``` becomes ``$x$`` (rendered by KaTeX like the rest of the site);
 * ``:ref:`` and every other role become their text in a code span.
 
+Two numpydoc habits that griffe's numpy parser renders wrongly are tidied first
+(:func:`tidy_numpydoc`): backticks and roles in the *type* of a section entry (shown
+verbatim in the type column) become plain text, and a ``Parameters`` entry naming
+several parameters (``a, b : int``) is split into one entry per name (griffe gives
+all of them the default of the first).
+
 Registered in ``mkdocs.yml`` under the python handler's ``extensions``;
 ``tests/tools/test_docs_site.py`` fails on any role left in the built site.
 """
@@ -78,6 +84,84 @@ def convert_roles(text: str, resolve: Callable[[str], str]) -> str:
         return f'<autoref identifier="{identifier}" optional>{code}</autoref>'
 
     return ROLE_RE.sub(replace, text)
+
+
+# numpydoc section headers ("Parameters" underlined with dashes) and entries.
+SECTION_RE = re.compile(r"^(?P<indent>[ \t]*)(?P<title>[A-Z][A-Za-z ]+)\n(?P=indent)-{3,}[ \t]*$",
+                        re.M)
+TYPED_SECTIONS = frozenset({"Parameters", "Other Parameters", "Attributes", "Returns",
+                            "Yields", "Receives", "Raises", "Warns"})
+SPLIT_SECTIONS = frozenset({"Parameters", "Other Parameters"})
+ENTRY_RE = re.compile(r"^(?P<names>[\w*]+(?:, *[\w*]+)*)(?P<sep> *: *)(?P<type>.*)$")
+NAMES_ONLY_RE = re.compile(r"^[\w*]+(?:, *[\w*]+)+$")
+
+
+def _plain_type(text: str) -> str:
+    """A type as plain text: roles become their display text, backticks go."""
+    def role_text(match: re.Match) -> str:
+        titled = TITLED_RE.match(match["text"])
+        if titled:
+            return titled["title"]
+        target = match["text"].strip()
+        short = target.startswith("~")
+        target = target.lstrip("!~")
+        return target.rsplit(".", 1)[-1] if short else target.lstrip(".")
+    return ROLE_RE.sub(role_text, text).replace("`", "")
+
+
+def tidy_numpydoc(text: str) -> str:
+    """``text`` with section entries griffe would render wrongly rewritten.
+
+    In the typed sections (Parameters, Returns, Raises, ...) an entry line's type loses
+    its backticks and roles (griffe shows a type verbatim). In Parameters sections an
+    entry naming several parameters is repeated once per name with the same type and
+    description (griffe would give every name the first one's default).
+    """
+    lines = text.split("\n")
+    headers = {text[:m.start()].count("\n"): m for m in SECTION_RE.finditer(text)}
+    out, section, base = [], None, None
+    i = 0
+    while i < len(lines):
+        if i in headers:
+            m = headers[i]
+            section, base = m["title"].strip(), None
+            out += lines[i:i + 2]
+            i += 2
+            continue
+        line = lines[i]
+        indent = len(line) - len(line.lstrip())
+        if section in TYPED_SECTIONS and line.strip():
+            if base is None:
+                base = indent
+            if indent < base:  # dedented: the section is over
+                section = None
+        if section in TYPED_SECTIONS and line.strip() and indent == base:
+            entry = line.strip()
+            m = ENTRY_RE.match(entry)
+            if m:
+                entry = m["names"] + m["sep"] + _plain_type(m["type"])
+            elif not NAMES_ONLY_RE.match(entry):
+                entry = _plain_type(entry)  # a Returns/Raises type without a name
+            names = (m["names"] if m else entry).split(",")
+            if section in SPLIT_SECTIONS and len(names) > 1 and (
+                    m or NAMES_ONLY_RE.match(entry)):
+                rest = m["sep"] + _plain_type(m["type"]) if m else ""
+                j = i + 1
+                while j < len(lines) and (not lines[j].strip() or
+                                          len(lines[j]) - len(lines[j].lstrip()) > base):
+                    j += 1
+                while j > i + 1 and not lines[j - 1].strip():  # keep trailing blanks
+                    j -= 1
+                body = lines[i + 1:j]
+                for name in names:
+                    out.append(" " * base + name.strip() + rest)
+                    out += body
+                i = j
+                continue
+            line = " " * indent + entry
+        out.append(line)
+        i += 1
+    return "\n".join(out)
 
 
 def _module_of(obj: griffe.Object) -> griffe.Object:
@@ -143,7 +227,8 @@ class SphinxRoles(griffe.Extension):
     def _rewrite(self, obj: griffe.Object, resolver: ScopeResolver) -> None:
         if obj.docstring is not None:
             obj.docstring.value = convert_roles(
-                obj.docstring.value, lambda target: resolver.resolve(obj, target))
+                tidy_numpydoc(obj.docstring.value),
+                lambda target: resolver.resolve(obj, target))
         for member in obj.members.values():
             if not member.is_alias:
                 self._rewrite(member, resolver)

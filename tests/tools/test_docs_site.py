@@ -153,6 +153,7 @@ def site(tmp_path_factory):
     pytest.importorskip("mkdocs")
     pytest.importorskip("material")
     pytest.importorskip("mkdocstrings")
+    pytest.importorskip("matplotlib")  # docs/hooks/plots.py draws the plots
     out = tmp_path_factory.mktemp("site")
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
     res = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--clean",
@@ -265,6 +266,45 @@ def test_sphinx_role_conversion():
         'a <autoref identifier="y" optional><code>x</code></autoref> b')
     assert conv("no roles: a:b `c` ::") == "no roles: a:b `c` ::"
     assert not RAW_ROLE.search(conv(":func:`a` :class:`b` :attr:`c` :exc:`d`"))
+
+
+def test_numpydoc_entries_are_tidied_for_griffe():
+    pytest.importorskip("griffe")
+    roles = _load_script("docs/hooks/sphinx_roles.py", "_sphinx_roles")
+    doc = "\n".join([
+        "Summary.", "", "Parameters", "----------",
+        "m, n : int", "    Shape.", "", "    More.",
+        "precision, bits", "    As for :func:`matmul`.",
+        "a : :class:`~.scaling.Side` of rows", "    Side.",
+        "", "Returns", "-------", "ndarray, or (ndarray, ndarray) with ``bound``",
+        "    Product.", "", "Attributes", "----------", "m, n : int", "    Kept.", ""])
+    assert roles.tidy_numpydoc(doc).split("\n") == [
+        "Summary.", "", "Parameters", "----------",
+        "m : int", "    Shape.", "", "    More.",
+        "n : int", "    Shape.", "", "    More.",
+        "precision", "    As for :func:`matmul`.",
+        "bits", "    As for :func:`matmul`.",
+        "a : Side of rows", "    Side.",
+        "", "Returns", "-------", "ndarray, or (ndarray, ndarray) with bound",
+        "    Product.", "", "Attributes", "----------", "m, n : int", "    Kept.", ""]
+
+
+def test_api_page_parameter_defaults_and_types(site):
+    """Each parameter of ``plan`` shows its own default (griffe gives every name of a
+    combined ``a, b : T`` entry the first one's), and no type shows raw backticks."""
+    api = (site / "api" / "index.html").read_text(encoding="utf-8")
+    start = api.index('id="ozaki_backend.plan.plan"')
+    rows = re.findall(r'<tr class="doc-section-item">(.*?)</tr>',
+                      api[start:start + 20000], flags=re.S)
+    cells = {}
+    for row in rows:
+        text = [html_lib.unescape(re.sub(r"<[^>]+>", "", c)).strip()
+                for c in re.findall(r"<td[^>]*>(.*?)</td>", row, flags=re.S)]
+        cells.setdefault(text[0], text)
+    assert cells["precision"][-1] == "'fp64'" and cells["bits"][-1] == "None"
+    assert cells["mode"][-1] == "'accurate'" and cells["engine"][-1] == "'auto'"
+    types = re.findall(r'<td[^>]*>\s*<code>(.*?)</code>', api, flags=re.S)
+    assert not [t for t in types if "`" in t], "raw backticks in a type"
 
 
 def test_sphinx_roles_resolve_like_sphinx():
