@@ -89,3 +89,13 @@ def test_non_finite_operands_give_the_librarys_answer(bad):
     with np.errstate(invalid="ignore"):
         got = ob.matmul(X.T, X, engine="cuda")
         np.testing.assert_array_equal(got, np.matmul(X.T, X))
+
+
+def test_routed_numpy_calls_are_symmetric_and_match_the_cpu_engine(clean_dispatch):
+    X = _x((3000, 257), seed=6)
+    ref = ob.matmul(X.T, X, engine="cpu")
+    with ob.enabled(engine="cuda", min_size=0):
+        results = [X.T @ X, np.matmul(X.T, X), np.dot(X.T, X)]
+    for C in results:
+        assert_same_bits(C, ref)
+    assert ob.stats()["symmetric"]["products"] >= 3
