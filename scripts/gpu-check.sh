@@ -11,9 +11,10 @@
 #   --sanitize  also run scripts/sanitize.py under compute-sanitizer memcheck and racecheck
 #   --gemmul8   after our bench, GEMMul8's own benchmark in the same call
 #               (scripts/gemmul8-side-by-side.sh; carry .gemmul8 too)
-#   --workspace PARTS  scripts/workspace_symmetric.py for each comma-separated part
-#               (symmetric, budget, outofcore; issue 17): symmetric vs general time,
-#               16 GiB budget vs unbounded, out of core bitwise; WS_ARGS adds options
+#   --workspace PARTS  only scripts/workspace_symmetric.py, for each comma-separated
+#               part (symmetric, budget, outofcore; issue 17): symmetric vs general
+#               time, a 16 GB budget vs unbounded, out of core bitwise; no tests, no
+#               bench; WS_ARGS adds options, WS_TIMEOUT bounds each part
 #
 # TEST_TIMEOUT / BENCH_TIMEOUT (seconds) bound each part; logs survive a timeout.
 # Needs: CuPy and pytest on the device; array-api-compat is installed from .whl/ if the
@@ -32,7 +33,7 @@ while [ $# -gt 0 ]; do
     --tune) run_tune=1; shift ;;
     --sanitize) run_san=1; shift ;;
     --gemmul8) run_g8=1; shift ;;
-    --workspace) ws_parts="$2"; shift 2 ;;
+    --workspace) ws_parts="$2"; run_tests=0; run_bench=0; shift 2 ;;
     -k) kexpr=(-k "$2"); shift 2 ;;
     *) break ;;
   esac
