@@ -465,7 +465,9 @@ class Explanation:
         lines = [f"dask product: {self.blocks} block products, {self.routed} routed, "
                  f"{self.native} native"]
         for (bm, bk, bn), (c, d) in sorted(self.shapes.items(), reverse=True):
-            what = f"routed (engine={d.engine})" if d.routed else "native"
+            what = "native"
+            if d.routed:
+                what = "routed" + (f" (engine={d.engine})" if d.engine else "")
             lines.append(f"  {c:5d} x ({bm} x {bk}) @ ({bk} x {bn}): {what}: {d.reason}")
         return "\n".join(lines)
 
@@ -484,7 +486,7 @@ def _decide_blocks(row_chunks, k_chunks, col_chunks, cfg, *, chunk_type=None,
     D = _routing.Decision
     for (bm, bk, bn), c in counts.items():
         if explicit:
-            d = D(True, "explicit ozaki_backend.dask.matmul", engine=cfg.engine,
+            d = D(True, "explicit ozaki_backend.dask.matmul", engine=None,
                   entry="ozaki_backend.matmul", m=bm, n=bn, k=bk)
         elif chunk_type is not None:
             d = D(False, f"{chunk_type} chunks: NumPy's hooks never see them (their own "
