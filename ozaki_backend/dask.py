@@ -23,6 +23,8 @@ stats(client, per_worker=False), reset_stats(client)
 matmul(a, b, **options)
     A dask product whose block products are explicit emulated products (NumPy or CuPy
     chunks).
+local_gpu_cluster(n_workers)
+    One worker process per GPU (dask-cuda's ``LocalCUDACluster``, or a fallback).
 chunks_for(m, k, n, ...), rechunk_for_product(a, b, ...)
     Block sizes above the routing floor that fit one GPU's memory.
 explain(a, b) / explain(product)
@@ -49,7 +51,8 @@ from .dispatch import stats as _stats
 from .plan import Plan
 
 __all__ = ["register", "unregister", "stats", "reset_stats", "format_stats", "matmul",
-           "chunks_for", "rechunk_for_product", "explain", "Explanation", "RoutingPlugin"]
+           "chunks_for", "rechunk_for_product", "explain", "Explanation", "RoutingPlugin",
+           "local_gpu_cluster"]
 
 #: The name the worker plugin is registered under (one per client).
 PLUGIN_NAME = "ozaki-backend-routing"
@@ -142,6 +145,72 @@ def unregister(client) -> None:
     except ValueError as exc:
         raise ValueError(f"no ozaki_backend plugin is registered on {client!r}") from exc
     _registered.pop(client.id, None)
+
+
+# --------------------------------------------------------------------- clusters
+#: Set for every worker :func:`local_gpu_cluster` starts (the machines' rule: NVLink
+#: multicast stays off in NCCL).
+GPU_WORKER_ENV = {"NCCL_NVLS_ENABLE": "0"}
+
+
+def local_gpu_cluster(n_workers: int | None = None, *, threads_per_worker: int = 1,
+                      use_dask_cuda: bool = True, **kwargs):
+    """A local cluster with one worker process per GPU.
+
+    dask-cuda's ``LocalCUDACluster`` where it imports (host and device spilling off,
+    so that timings are not spilling's), else a cluster of ``distributed.Nanny``
+    workers, worker ``i`` started with ``CUDA_VISIBLE_DEVICES=i``: either way each
+    worker's current device is its own GPU, which the CUDA engine uses.
+
+    Parameters
+    ----------
+    n_workers : int, optional
+        Workers (GPUs ``0 .. n_workers - 1``). Default: every GPU CuPy sees.
+    threads_per_worker : int
+        Threads each worker runs tasks in (1: one block product per GPU at a time).
+    use_dask_cuda : bool
+        Try dask-cuda first.
+    **kwargs
+        Passed to ``LocalCUDACluster`` (or to ``distributed.SpecCluster``).
+
+    Returns
+    -------
+    distributed.deploy.Cluster
+        Use it as a context manager, or ``close()`` it.
+    """
+    import os
+
+    if n_workers is None:
+        import cupy
+
+        n_workers = cupy.cuda.runtime.getDeviceCount()
+    if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
+        raise ValueError(f"n_workers must be a positive int; got {n_workers!r}")
+    os.environ.update(GPU_WORKER_ENV)
+    if use_dask_cuda:
+        try:
+            from dask_cuda import LocalCUDACluster
+        except ImportError:
+            pass
+        else:
+            opts = dict(n_workers=n_workers, threads_per_worker=threads_per_worker,
+                        CUDA_VISIBLE_DEVICES=list(range(n_workers)),
+                        device_memory_limit=0, memory_limit=0, dashboard_address=":0")
+            opts.update(kwargs)
+            return LocalCUDACluster(**opts)
+    from distributed import Nanny, Scheduler, SpecCluster
+
+    devices = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = devices.split(",") if devices else [str(i) for i in range(n_workers)]
+    if len(ids) < n_workers:
+        raise ValueError(f"{n_workers} workers asked for, CUDA_VISIBLE_DEVICES names "
+                         f"{len(ids)} devices")
+    workers = {i: {"cls": Nanny,
+                   "options": {"nthreads": threads_per_worker, "memory_limit": 0,
+                               "env": dict(GPU_WORKER_ENV, CUDA_VISIBLE_DEVICES=ids[i])}}
+               for i in range(n_workers)}
+    scheduler = {"cls": Scheduler, "options": {"dashboard_address": ":0"}}
+    return SpecCluster(workers=workers, scheduler=scheduler, **kwargs)
 
 
 # --------------------------------------------------------------------- counters

@@ -213,3 +213,19 @@ def test_clean_shutdown_leaves_no_worker_process():
     ours = [w for w in caught if issubclass(w.category, (NativeFallbackWarning,
                                                          RuntimeWarning))]
     assert not ours, [str(w.message) for w in ours]
+
+
+def _visible_devices():
+    return os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("NCCL_NVLS_ENABLE")
+
+
+def test_local_gpu_cluster_fallback_gives_each_worker_its_own_device(monkeypatch):
+    # The fallback (no dask-cuda): worker i sees only GPU i. No GPU is touched here.
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with od.local_gpu_cluster(2, use_dask_cuda=False) as cluster, \
+            distributed.Client(cluster) as client:
+        client.wait_for_workers(2)
+        seen = sorted(client.run(_visible_devices).values())
+    assert seen == [("0", "0"), ("1", "0")]
+    with pytest.raises(ValueError, match="positive int"):
+        od.local_gpu_cluster(0, use_dask_cuda=False)
