@@ -16,6 +16,7 @@ import time
 import dask
 import dask.array as da
 import numpy as np
+from dask.core import flatten
 from distributed import wait
 
 import ozaki_backend.dask as od
@@ -30,10 +31,11 @@ def xp_of(name):
     return np
 
 
-def _draw(x, block_info=None, seed=0, xp_name="numpy"):
-    """One chunk of standard normal entries, from ``seed`` and the chunk's index."""
+def _draw(x, block_info=None, seed=0, xp_name="numpy", offset=(0, 0)):
+    """One chunk of standard normal entries, from ``seed`` and the chunk's index (plus
+    ``offset`` blocks: the index in the whole matrix when this array is a panel)."""
     xp = xp_of(xp_name)
-    loc = block_info[None]["chunk-location"]
+    loc = [i + o for i, o in zip(block_info[None]["chunk-location"], offset)]
     rng = xp.random.default_rng(np.random.SeedSequence([seed, *loc]).generate_state(2))
     return rng.standard_normal(block_info[None]["chunk-shape"])
 
@@ -42,12 +44,13 @@ def _meta(xp_name):
     return xp_of(xp_name).empty((0, 0), dtype=np.float64)
 
 
-def random_matrix(shape, chunks, seed, xp_name="numpy", *, name=None):
+def random_matrix(shape, chunks, seed, xp_name="numpy", *, offset=(0, 0), name=None):
     """A lazy dask array of standard normal float64 entries, drawn chunk by chunk by
-    the worker that computes the chunk (NumPy or CuPy chunks)."""
+    the worker that computes the chunk (NumPy or CuPy chunks). A panel of a larger
+    matrix gives its first block's index there as ``offset`` (uniform chunks)."""
     template = da.empty(shape, chunks=chunks, dtype=np.float64)
-    return template.map_blocks(_draw, seed=seed, xp_name=xp_name, dtype=np.float64,
-                               meta=_meta(xp_name), name=name)
+    return template.map_blocks(_draw, seed=seed, xp_name=xp_name, offset=tuple(offset),
+                               dtype=np.float64, meta=_meta(xp_name), name=name)
 
 
 def on_worker(worker, build):
@@ -66,34 +69,54 @@ def timed_persist(client, x):
     return y, time.perf_counter() - t0
 
 
+def forget(client, y):
+    """Drop the persisted ``y`` from the cluster and wait until it is gone, so that a
+    repeat of the same graph (same keys) computes again instead of finding it."""
+    keys = list(flatten(y.__dask_keys__()))
+    client.cancel(y, force=True)
+    deadline = time.perf_counter() + 60
+    while time.perf_counter() < deadline and any(client.who_has(keys).values()):
+        time.sleep(0.02)
+
+
 def _to_host(x):
     return x.get() if hasattr(x, "get") else np.asarray(x)
 
 
-def _panel_error(a_rows, b_panel, c_rows):
-    """Max relative error of ``c_rows`` against the double-double reference of
-    ``a_rows @ b_panel`` (on the panel's device), and the panel's element count."""
-    from ozaki_backend.testing import sampled_rows_error, sampled_rows_reference
+def _panel_reference(a_rows, b_panel):
+    """On a worker: the double-double reference of ``a_rows @ b_panel`` on the panel's
+    device, returned to the host."""
+    from ozaki_backend.testing import sampled_rows_reference
 
     xp = xp_of("cupy" if type(b_panel).__module__.startswith("cupy") else "numpy")
-    ref = sampled_rows_reference(xp.asarray(a_rows), b_panel)
-    return sampled_rows_error(xp.asarray(c_rows), ref)
+    hi, lo = sampled_rows_reference(xp.asarray(a_rows), b_panel)
+    return _to_host(hi), _to_host(lo)
 
 
-def sampled_error(client, A, B, C, rows):
-    """Max relative error over ``rows`` of ``C`` against the sampled-rows oracle
-    (``ozaki_backend.testing``), one column panel of ``B`` at a time (the oracle holds
-    five slices of its ``B``)."""
-    a_rows = A[rows].map_blocks(_to_host, dtype=np.float64,
-                                meta=np.empty((0, 0))).compute()
-    c_rows = C[rows].map_blocks(_to_host, dtype=np.float64,
-                                meta=np.empty((0, 0))).compute()
-    errs, start = [], 0
+def host_rows(X, rows):
+    """Rows ``rows`` of the dask array ``X`` as one NumPy array in the client."""
+    return X[rows].map_blocks(_to_host, dtype=np.float64, meta=np.empty((0, 0))).compute()
+
+
+def reference_rows(A, B, rows):
+    """``(hi, lo)`` on the host: the sampled-rows oracle (``ozaki_backend.testing``)
+    of ``(A @ B)[rows]``, one column panel of ``B`` at a time on the workers (the
+    oracle holds five slices of its ``B``)."""
+    a_rows = host_rows(A, rows)
+    parts, start = [], 0
     for width in B.chunks[1]:
-        panel = B[:, start:start + width]
-        errs.append(dask.delayed(_panel_error)(a_rows, panel, c_rows[:, start:start + width]))
+        parts.append(dask.delayed(_panel_reference)(a_rows, B[:, start:start + width]))
         start += width
-    return max(dask.compute(*errs))
+    done = dask.compute(*parts)
+    return (np.concatenate([h for h, _ in done], axis=1),
+            np.concatenate([lo for _, lo in done], axis=1))
+
+
+def sampled_error(C_rows, ref):
+    """Max relative error of the host rows ``C_rows`` against ``reference_rows``."""
+    from ozaki_backend.testing import sampled_rows_error
+
+    return sampled_rows_error(C_rows, ref)
 
 
 def make_cluster(workers, engine):

@@ -75,17 +75,19 @@ def _warm_up(client, engine, xp_names):
     od.reset_stats(client)
 
 
-def run_dask(client, label, product, n, A, B, rows, repeats, check):
-    """Time ``product`` (a lazy dask array) ``repeats`` times; its stats and error."""
+def run_dask(client, label, product, n, rows, ref, repeats):
+    """Time ``product`` (a lazy dask array) ``repeats`` times; its stats and its error
+    on ``rows`` against ``ref`` (None: not checked)."""
     best, C = float("inf"), None
     od.reset_stats(client)
-    for _ in range(repeats):
-        C = None
+    for r in range(repeats):
+        if C is not None:
+            common.forget(client, C)
         C, t = common.timed_persist(client, product)
         best = min(best, t)
     s = od.stats(client)
-    err = common.sampled_error(client, A, B, C, rows) if check else None
-    del C
+    err = None if ref is None else common.sampled_error(common.host_rows(C, rows), ref)
+    common.forget(client, C)
     return {"case": label, "seconds": best, "tflops": common.tflops(n, n, n, best),
             "routed": s["routed"], "native": s["native"], "fallback": s["fallback"],
             "below_floor": s["c_fast_path"]["below_floor"],
@@ -128,14 +130,14 @@ def main(argv=None):
             A, _ = common.timed_persist(client, A)
             B, _ = common.timed_persist(client, B)
             print(od.explain(A @ B, client=client))
-            check = not args.no_check
+            ref = None if args.no_check else common.reference_rows(A, B, rows)
             if xp_name == "numpy":
                 results.append(run_dask(client, "NumPy chunks: dask A @ B, routed blocks",
-                                        A @ B, n, A, B, rows, args.repeats, check))
+                                        A @ B, n, rows, ref, args.repeats))
                 if args.host_native:
                     od.unregister(client)
                     results.append(run_dask(client, "NumPy chunks: dask A @ B, native",
-                                            A @ B, n, A, B, rows, args.repeats, check))
+                                            A @ B, n, rows, ref, args.repeats))
                     od.register(client, engine=args.engine)
                 results.append(run_single(client, "NumPy: one ozaki_backend.matmul",
                                           "ozaki", args.engine, xp_name, n, A, B,
@@ -146,10 +148,10 @@ def main(argv=None):
                                               args.repeats))
             else:
                 results.append(run_dask(client, "CuPy chunks: ozaki_backend.dask.matmul",
-                                        od.matmul(A, B, engine=args.engine), n, A, B, rows,
-                                        args.repeats, check))
+                                        od.matmul(A, B, engine=args.engine), n, rows,
+                                        ref, args.repeats))
                 results.append(run_dask(client, "CuPy chunks: dask A @ B (CuPy DGEMM)",
-                                        A @ B, n, A, B, rows, args.repeats, check))
+                                        A @ B, n, rows, ref, args.repeats))
                 results.append(run_single(client, "CuPy: one ozaki_backend.matmul",
                                           "ozaki", args.engine, xp_name, n, A, B,
                                           args.repeats))
