@@ -69,13 +69,19 @@ def timed_persist(client, x):
     return y, time.perf_counter() - t0
 
 
+def _known(keys, dask_scheduler=None):
+    return sum(k in dask_scheduler.tasks for k in keys)
+
+
 def forget(client, y):
-    """Drop the persisted ``y`` from the cluster and wait until it is gone, so that a
-    repeat of the same graph (same keys) computes again instead of finding it."""
+    """Drop the persisted ``y`` from the cluster and wait until the scheduler has
+    forgotten its keys, so that a repeat of the same graph (same keys) computes again
+    instead of finding it (or racing its cancellation)."""
     keys = list(flatten(y.__dask_keys__()))
     client.cancel(y, force=True)
     deadline = time.perf_counter() + 60
-    while time.perf_counter() < deadline and any(client.who_has(keys).values()):
+    while time.perf_counter() < deadline and (
+            any(k in client.futures for k in keys) or client.run_on_scheduler(_known, keys)):
         time.sleep(0.02)
 
 
