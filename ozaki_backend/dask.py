@@ -157,10 +157,11 @@ def local_gpu_cluster(n_workers: int | None = None, *, threads_per_worker: int =
                       use_dask_cuda: bool = True, **kwargs):
     """A local cluster with one worker process per GPU.
 
-    dask-cuda's ``LocalCUDACluster`` where it imports (host and device spilling off,
-    so that timings are not spilling's), else a cluster of ``distributed.Nanny``
-    workers, worker ``i`` started with ``CUDA_VISIBLE_DEVICES=i``: either way each
-    worker's current device is its own GPU, which the CUDA engine uses.
+    dask-cuda's ``LocalCUDACluster`` where it works (host and device spilling off,
+    so that timings are not spilling's), else (with a warning when dask-cuda is
+    installed but fails) a cluster of ``distributed.Nanny`` workers, worker ``i``
+    started with ``CUDA_VISIBLE_DEVICES`` set to the i-th visible device: either way
+    each worker's current device is its own GPU, which the CUDA engine uses.
 
     Parameters
     ----------
@@ -188,16 +189,19 @@ def local_gpu_cluster(n_workers: int | None = None, *, threads_per_worker: int =
         raise ValueError(f"n_workers must be a positive int; got {n_workers!r}")
     os.environ.update(GPU_WORKER_ENV)
     if use_dask_cuda:
+        opts = dict(n_workers=n_workers, threads_per_worker=threads_per_worker,
+                    device_memory_limit=0, memory_limit=0, dashboard_address=":0")
+        opts.update(kwargs)
         try:
             from dask_cuda import LocalCUDACluster
-        except ImportError:
-            pass
-        else:
-            opts = dict(n_workers=n_workers, threads_per_worker=threads_per_worker,
-                        CUDA_VISIBLE_DEVICES=list(range(n_workers)),
-                        device_memory_limit=0, memory_limit=0, dashboard_address=":0")
-            opts.update(kwargs)
+
             return LocalCUDACluster(**opts)
+        except Exception as exc:   # not installed, or its CUDA bindings do not load
+            import warnings
+
+            warnings.warn(f"dask-cuda is not usable here ({type(exc).__name__}: {exc}); "
+                          "starting one distributed.Nanny worker per GPU with "
+                          "CUDA_VISIBLE_DEVICES set instead", stacklevel=2)
     from distributed import Nanny, Scheduler, SpecCluster
 
     devices = os.environ.get("CUDA_VISIBLE_DEVICES")
