@@ -132,17 +132,17 @@ def test_rechunk_for_product():
 
 # ------------------------------------------------------------------ matmul
 def test_matmul_is_the_sum_of_emulated_block_products(clean_dispatch):
-    x, y, a, b = _arrays()
+    x, y, a, b = _arrays(40, 90, 30, (20, 30), (30, 15))
     c = od.matmul(a, b, engine="cpu").compute(scheduler="threads")
     assert ozaki_backend.stats()["routed"] == 12
     # Block by block: the emulated products of the chunks, summed over k in order.
-    expect = np.zeros((400, 300))
+    expect = np.zeros((40, 30))
     for i in range(2):
         for j in range(2):
-            parts = [ozaki_backend.matmul(x[200 * i:200 * (i + 1), 300 * l:300 * (l + 1)],
-                                          y[300 * l:300 * (l + 1), 150 * j:150 * (j + 1)],
+            parts = [ozaki_backend.matmul(x[20 * i:20 * (i + 1), 30 * l:30 * (l + 1)],
+                                          y[30 * l:30 * (l + 1), 15 * j:15 * (j + 1)],
                                           engine="cpu") for l in range(3)]
-            expect[200 * i:200 * (i + 1), 150 * j:150 * (j + 1)] = (parts[0] + parts[1]) \
+            expect[20 * i:20 * (i + 1), 15 * j:15 * (j + 1)] = (parts[0] + parts[1]) \
                 + parts[2]
     np.testing.assert_array_equal(c, expect)
     exact = exact_matmul(x, y)

@@ -44,12 +44,16 @@ def _pid():
     return os.getpid()
 
 
-def _operands(seed=0):
+def _operands(seed=0, scale=10):
+    """The issue's case (``scale=1``), or the same 12-block layout ``scale`` times
+    smaller in every dimension (the CPU engine is slow; CI time matters)."""
     # Positive entries: no cancellation, so every element's relative error is the
     # arithmetic's (the comparison with native below is then about rounding, not luck).
     rng = np.random.default_rng(seed)
-    x, y = rng.random((M, K)), rng.random((K, N))
-    return x, y, da.from_array(x, chunks=CHUNKS_A), da.from_array(y, chunks=CHUNKS_B)
+    x, y = rng.random((M // scale, K // scale)), rng.random((K // scale, N // scale))
+    ca = tuple(c // scale for c in CHUNKS_A)
+    cb = tuple(c // scale for c in CHUNKS_B)
+    return x, y, da.from_array(x, chunks=ca), da.from_array(y, chunks=cb)
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +83,7 @@ def _plugins(client):
 
 def test_register_routes_every_block_product_and_stats_count_them(registered):
     _, client = registered
-    x, y, a, b = _operands()
+    x, y, a, b = _operands(scale=1)
     with warnings.catch_warnings():
         warnings.simplefilter("error", NativeFallbackWarning)
         c = (a @ b).compute()
@@ -101,7 +105,7 @@ def test_stats_sum_is_the_sum_of_the_workers(registered):
     _, client = registered
     _, _, a, b = _operands(1)
     (a @ b).compute()
-    (a[:, :600] @ b[:600]).compute()            # 8 more block products
+    (a[:, :60] @ b[:60]).compute()              # 8 more block products
     total = od.stats(client)
     per = od.stats(client, per_worker=True)
     assert set(per) == set(client.scheduler_info()["workers"])
@@ -192,16 +196,25 @@ def test_threads_cluster_counts_the_shared_process_once(clean_dispatch_scopes):
         assert not _routing_enabled()
 
 
-def test_clean_shutdown_leaves_no_worker_process():
+def _visible_devices():
+    return os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("NCCL_NVLS_ENABLE")
+
+
+def test_gpu_cluster_fallback_routes_and_shuts_down_cleanly(monkeypatch):
+    """``local_gpu_cluster`` without dask-cuda: worker i sees only GPU i (no GPU is
+    touched here; the CPU engine computes); routing works there, and closing the
+    cluster leaves no worker process and no warning of ours."""
     import psutil
 
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                      dashboard_address=":0") as cluster, \
+        with od.local_gpu_cluster(2, use_dask_cuda=False) as cluster, \
                 distributed.Client(cluster) as client:
-            od.register(client, engine="cpu")
+            client.wait_for_workers(2)
+            assert sorted(client.run(_visible_devices).values()) == [("0", "0"), ("1", "0")]
             pids = set(client.run(_pid).values())
+            od.register(client, engine="cpu")
             _, _, a, b = _operands(6)
             (a @ b).compute()
             assert od.stats(client)["routed"] == BLOCKS
@@ -213,19 +226,5 @@ def test_clean_shutdown_leaves_no_worker_process():
     ours = [w for w in caught if issubclass(w.category, (NativeFallbackWarning,
                                                          RuntimeWarning))]
     assert not ours, [str(w.message) for w in ours]
-
-
-def _visible_devices():
-    return os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("NCCL_NVLS_ENABLE")
-
-
-def test_local_gpu_cluster_fallback_gives_each_worker_its_own_device(monkeypatch):
-    # The fallback (no dask-cuda): worker i sees only GPU i. No GPU is touched here.
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    with od.local_gpu_cluster(2, use_dask_cuda=False) as cluster, \
-            distributed.Client(cluster) as client:
-        client.wait_for_workers(2)
-        seen = sorted(client.run(_visible_devices).values())
-    assert seen == [("0", "0"), ("1", "0")]
     with pytest.raises(ValueError, match="positive int"):
         od.local_gpu_cluster(0, use_dask_cuda=False)
