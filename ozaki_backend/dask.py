@@ -346,8 +346,7 @@ def matmul(a, b, **options):
         raise ValueError("ozaki_backend.dask.matmul needs operands of at least 2 "
                          f"dimensions; got {a.ndim} and {b.ndim}")
     if a.shape[-1] != b.shape[-2]:
-        raise ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension "
-                         f"0 (size {b.shape[-2]} is different from {a.shape[-1]})")
+        raise _mismatch(a.shape[-1], b.shape[-2])
     if a.chunks[-1] != b.chunks[-2]:
         raise ValueError("the chunks of a's last axis and b's second to last differ "
                          f"({a.chunks[-1]} and {b.chunks[-2]}): rechunk one of them "
@@ -369,6 +368,22 @@ def matmul(a, b, **options):
 
 
 # --------------------------------------------------------------------- block sizes
+def _mismatch(ka: int, kb: int) -> ValueError:
+    """NumPy's error for ``matmul`` operands whose inner dimensions differ."""
+    return ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension 0 "
+                      f"(size {kb} is different from {ka})")
+
+
+def _matrix_pair(a, b, who: str):
+    """``a``, ``b`` as dask arrays, checked to be the 2-d operands of ``a @ b``."""
+    a, b = da.asanyarray(a), da.asanyarray(b)
+    if a.ndim != 2 or b.ndim != 2:
+        raise ValueError(f"{who} takes 2-d operands; got {a.ndim}-d and {b.ndim}-d")
+    if a.shape[1] != b.shape[0]:
+        raise _mismatch(a.shape[1], b.shape[0])
+    return a, b
+
+
 def _block_bytes(bm: int, bk: int, bn: int, options: dict) -> int:
     """Device bytes of one routed block product: its operands and result in float64
     and the engine's workspace (:attr:`Plan.workspace_bytes`)."""
@@ -497,13 +512,7 @@ def rechunk_for_product(a, b, **kwargs):
     -------
     (dask.array.Array, dask.array.Array)
     """
-    a, b = da.asanyarray(a), da.asanyarray(b)
-    if a.ndim != 2 or b.ndim != 2:
-        raise ValueError(f"rechunk_for_product takes 2-d operands; got {a.ndim}-d and "
-                         f"{b.ndim}-d")
-    if a.shape[1] != b.shape[0]:
-        raise ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension "
-                         f"0 (size {b.shape[0]} is different from {a.shape[1]})")
+    a, b = _matrix_pair(a, b, "rechunk_for_product")
     bm, bk, bn = chunks_for(a.shape[0], a.shape[1], b.shape[1], **kwargs)
     return a.rechunk((bm, bk)), b.rechunk((bk, bn))
 
@@ -660,13 +669,7 @@ def explain(a, b=None, *, client=None, **config) -> Explanation:
                 prev = merged.get(shape)
                 merged[shape] = (c + (prev[0] if prev else 0), d)
         return Explanation(merged)
-    a, b = da.asanyarray(a), da.asanyarray(b)
-    if a.ndim != 2 or b.ndim != 2:
-        raise ValueError(f"explain(a, b) takes 2-d operands; got {a.ndim}-d and "
-                         f"{b.ndim}-d")
-    if a.shape[1] != b.shape[0]:
-        raise ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension "
-                         f"0 (size {b.shape[0]} is different from {a.shape[1]})")
+    a, b = _matrix_pair(a, b, "explain(a, b)")
     if a.chunks[1] != b.chunks[0]:
         # dask's matmul unifies the contraction chunks first: decide on those.
         _, (a, b) = da.core.unify_chunks(a, "ik", b, "kj")

@@ -119,6 +119,9 @@ def main(argv=None):
     p.add_argument("--host-native", action="store_true",
                    help="also time the NumPy-chunk product with native host BLAS blocks")
     p.add_argument("--no-check", action="store_true", help="skip the sampled-rows error")
+    p.add_argument("--baseline", default=None,
+                   help="JSON of an earlier run whose 1-GPU rows give the speed-ups "
+                        "(when this run has no 1-GPU count)")
     p.add_argument("--json", default="multi_gpu_dask.json")
     args = p.parse_args(argv)
 
@@ -186,7 +189,13 @@ def main(argv=None):
             od.unregister(client)
 
     # Speed-up over 1 GPU (same case), efficiency, emulated / native ratio.
-    by = {(r["gpus"], r["n"], r["chunks"], r["how"]): r for r in results}
+    earlier = []
+    if args.baseline:
+        import json
+
+        with open(args.baseline) as f:
+            earlier = [r for r in json.load(f)["rows"] if r["gpus"] == 1]
+    by = {(r["gpus"], r["n"], r["chunks"], r["how"]): r for r in earlier + results}
     for r in results:
         base = by.get((1, r["n"], r["chunks"], r["how"]))
         if base:
