@@ -85,6 +85,15 @@ def forget(client, y):
         time.sleep(0.02)
 
 
+def _outgoing(dask_worker=None):
+    return dask_worker.transfer_outgoing_bytes_total
+
+
+def moved_bytes(client):
+    """Bytes the workers have sent each other so far (chunks moved between them)."""
+    return sum(client.run(_outgoing).values())
+
+
 def _to_host(x):
     return x.get() if hasattr(x, "get") else np.asarray(x)
 

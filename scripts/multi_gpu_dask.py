@@ -7,6 +7,8 @@ crosses between GPUs during the timed part:
 
 * ``A`` is cut into P row panels, panel i made and kept on GPU i;
 * each GPU makes its own copy of ``B`` (same seeds, same values);
+* the bytes the workers still send each other during the product are reported
+  (``moved GB``: 0 when the layout held);
 * panel i of ``C`` is ``A_i @ B`` on GPU i, in ``block x block`` output blocks with the
   contraction in ``kblock`` pieces (default: whole, no partial sums).
 
@@ -79,11 +81,13 @@ def product(panels, how, engine):
 def timed_case(client, panels, how, engine, n, rows, ref, repeats):
     od.reset_stats(client)
     best, C = float("inf"), None
+    moved0 = common.moved_bytes(client)
     for _ in range(repeats):
         if C is not None:
             common.forget(client, C)
         C, t = common.timed_persist(client, product(panels, how, engine))
         best = min(best, t)
+    moved = common.moved_bytes(client) - moved0
     total = od.stats(client)
     per = od.stats(client, per_worker=True)
     err = None if ref is None else common.sampled_error(common.host_rows(C, rows), ref)
@@ -92,6 +96,7 @@ def timed_case(client, panels, how, engine, n, rows, ref, repeats):
             "routed": total["routed"], "native": total["native"],
             "fallback": total["fallback"], "moduli": total["moduli"],
             "routed_per_worker": {w: s["routed"] for w, s in per.items()},
+            "moved_gb": moved / 1e9,
             "max_rel_err": err}
 
 
@@ -212,7 +217,8 @@ def main(argv=None):
         ("how", "blocks", "{}"), ("seconds", "s", "{:.3f}"), ("tflops", "TFLOPS", "{:.2f}"),
         ("speedup", "speed-up", "{:.2f}"), ("efficiency", "efficiency", "{:.0%}"),
         ("native_over_emulated", "native/emu", "{:.2f}"), ("routed", "routed", "{}"),
-        ("moduli", "moduli", "{}"), ("max_rel_err", "max rel err", "{:.2e}")])
+        ("moduli", "moduli", "{}"), ("moved_gb", "moved GB", "{:.3f}"),
+        ("max_rel_err", "max rel err", "{:.2e}")])
     meta = {"engine": args.engine, "gpu_counts": counts, "clusters": sorted(kinds),
             "block": args.block, "kblock": args.kblock or "whole",
             "NCCL_NVLS_ENABLE": os.environ.get("NCCL_NVLS_ENABLE")}
