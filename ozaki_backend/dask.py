@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections import Counter
+from collections.abc import Mapping
 
 import dask.array as da
 import numpy as np
@@ -219,7 +220,9 @@ def local_gpu_cluster(n_workers: int | None = None, *, threads_per_worker: int =
 
 # --------------------------------------------------------------------- counters
 def _as_dict(s) -> dict:
-    return s.as_dict() if hasattr(s, "as_dict") else dict(s)
+    """A stats result as plain nested dicts (``stats()`` may return a Mapping type)."""
+    s = s.as_dict() if hasattr(s, "as_dict") else s
+    return {k: _as_dict(v) if isinstance(v, Mapping) else v for k, v in s.items()}
 
 
 def _worker_stats():
