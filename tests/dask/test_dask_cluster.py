@@ -72,8 +72,20 @@ def registered(cluster_client):
     yield cluster, client
     if od.PLUGIN_NAME in _plugins(client):
         od.unregister(client)
-    cluster.scale(2)
-    client.wait_for_workers(2)
+    _scale(cluster, client, 2)
+
+
+def _scale(cluster, client, n, timeout=60):
+    """Scale to exactly ``n`` workers and wait until the scheduler sees exactly ``n``
+    (``wait_for_workers`` returns as soon as there are at least ``n``, while a retiring
+    worker may still be listed and a broadcast to it fails)."""
+    import time
+
+    cluster.scale(n)
+    deadline = time.monotonic() + timeout
+    while len(client.scheduler_info()["workers"]) != n or len(cluster.workers) != n:
+        assert time.monotonic() < deadline, f"cluster did not reach {n} workers"
+        time.sleep(0.05)
 
 
 def _plugins(client):
@@ -127,8 +139,7 @@ def test_stats_sum_is_the_sum_of_the_workers(registered):
 def test_a_worker_added_after_register_routes(registered):
     cluster, client = registered
     before = set(client.scheduler_info()["workers"])
-    cluster.scale(3)
-    client.wait_for_workers(3)
+    _scale(cluster, client, 3)
     (new,) = set(client.scheduler_info()["workers"]) - before
     assert client.run(_routing_enabled, workers=[new]) == {new: True}
     x = np.random.default_rng(2).random((64, 64))
@@ -148,8 +159,7 @@ def test_unregister_turns_routing_off_now_and_for_later_workers(registered):
     (a @ b).compute()
     assert od.stats(client)["routed"] == 0
     assert od.explain(a @ b, client=client).routed == 0
-    cluster.scale(3)
-    client.wait_for_workers(3)
+    _scale(cluster, client, 3)
     assert set(client.run(_routing_enabled).values()) == {False}
     with pytest.raises(ValueError, match="no ozaki_backend plugin"):
         od.unregister(client)
