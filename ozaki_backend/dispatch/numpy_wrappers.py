@@ -33,14 +33,15 @@ import math
 
 import numpy as np
 
-from .route import (F64, NOT_ROUTED, bind, dims_reason, native, ok_out, pair_reason,
-                    routed)
+from .route import (F64, NOT_ROUTED, bind, call_decided, dims_reason, native, ok_out,
+                    pair_reason, routed)
 
 
 def _original_dot(x, y):
-    """NumPy's own ``np.dot`` (behind the wrapper if installed) for a native sub-product."""
+    """NumPy's own ``np.dot`` (behind the wrapper if installed) for a native sub-product
+    (already decided: the BLAS call-site hook lets it through)."""
     dot = np.dot
-    return getattr(dot, "_ozaki_backend_original", dot)(x, y)
+    return call_decided(getattr(dot, "_ozaki_backend_original", dot), x, y)
 
 
 def route_dot(cfg, args, kwargs):

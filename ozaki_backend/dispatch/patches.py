@@ -5,6 +5,9 @@ model is ``mkl_fft``'s ``patch_numpy_fft`` / ``restore_numpy_fft`` / ``is_patche
 
 * NumPy matmul's float64 inner loop is replaced by the C hook (``loophook``; once per
   process, never undone, see ``_loophook.c``);
+* NumPy's BLAS call site (the GOT slots of its cblas ``dgemm`` / ``dsyrk`` imports) leads
+  to the BLAS hook (``blashook``; Linux ELF; removed again by ``disable()`` when nothing
+  is enabled, see :func:`remove_blas_hook_if_idle`);
 * ``numpy.dot``, ``numpy.inner``, ``numpy.tensordot``, ``numpy.einsum`` and
   ``numpy.linalg.multi_dot`` are rebound to wrappers (``numpy_wrappers``);
 * ``scipy.linalg.blas.dgemm`` (and ``scipy.linalg._fblas.dgemm``, which
@@ -22,7 +25,7 @@ import functools
 import sys
 import threading
 
-from . import loophook, numpy_wrappers, scipy_blas
+from . import blashook, loophook, numpy_wrappers, scipy_blas
 from .route import make_wrapper
 
 _lock = threading.RLock()
@@ -36,7 +39,7 @@ def install() -> None:
     """Install the interception layer (once per process; later calls do nothing).
 
     Process-wide effects: replaces NumPy matmul's float64 inner loop (C hook, never
-    undone), rebinds ``numpy.dot``, ``numpy.inner``, ``numpy.tensordot``,
+    undone), points NumPy's BLAS dgemm/dsyrk call sites at the BLAS hook, rebinds ``numpy.dot``, ``numpy.inner``, ``numpy.tensordot``,
     ``numpy.einsum``, ``numpy.linalg.multi_dot`` to wrappers, and patches
     ``scipy.linalg.blas.dgemm`` / ``get_blas_funcs("gemm")`` now or as soon as
     ``scipy.linalg`` is imported. Everything installed is inert outside a scope. The
@@ -46,14 +49,30 @@ def install() -> None:
     thread runs it.
     """
     global _installed
-    if _installed:
+    if _installed and blashook.settled:
         return
     with _lock:
+        if not blashook.settled:
+            blashook.install()  # again after disable() removed it
         if _installed:
             return
         loophook.install()
         _install_wrappers()
         _installed = True
+
+
+def remove_blas_hook_if_idle() -> None:
+    """Put NumPy's BLAS slots back when no scope is active anywhere (``disable()``).
+
+    The BLAS hook, unlike the matmul loop (a ufunc table entry that must not change
+    while another thread runs it), is one pointer per slot: writing the original back
+    is safe at any time, and a call already inside the hook finishes normally.
+    """
+    from . import config as _config
+
+    with _lock:
+        if blashook.settled and not _config.ANY_ACTIVE:
+            blashook.remove()
 
 
 def installed() -> bool:
@@ -110,7 +129,8 @@ def _patch_scipy():
 
 
 def restore() -> None:
-    """Put every original back (``np.dot`` etc. and SciPy's ``dgemm``); clear SciPy's memo.
+    """Put every original back (``np.dot`` etc., SciPy's ``dgemm``, NumPy's BLAS slots);
+    clear SciPy's memo.
 
     The matmul loop hook is not affected (it is never undone). Scopes opened later
     install the wrappers again. Code that took a reference to a wrapper keeps it (it
@@ -118,6 +138,7 @@ def restore() -> None:
     """
     global _scipy_hook, _installed
     with _lock:
+        blashook.remove()
         for (modname, attr), w in list(_wrappers.items()):
             mod = sys.modules.get(modname)
             if mod is not None and getattr(mod, attr, None) is w:
