@@ -709,7 +709,29 @@ bh_set_inside(PyObject *self, PyObject *arg)
     return PyBool_FromLong(prev);
 }
 
+static PyObject *
+bh_hook_address(PyObject *self, PyObject *args)
+{
+    /* blas_hook_address(kind, ilp64) -> int: the replacement function itself, so that
+     * tests can call it through ctypes with arguments NumPy never passes (column-major
+     * order, lower triangle, alpha/beta). */
+    const char *kind;
+    int ilp64;
+    if (!PyArg_ParseTuple(args, "sp:blas_hook_address", &kind, &ilp64)) return NULL;
+    if (strcmp(kind, "gemm") != 0 && strcmp(kind, "syrk") != 0) {
+        PyErr_SetString(PyExc_ValueError, "kind must be 'gemm' or 'syrk'");
+        return NULL;
+    }
+    if (g_sym[strcmp(kind, "gemm") == 0 ? GEMM : SYRK].orig == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the BLAS hook was never installed");
+        return NULL;
+    }
+    return PyLong_FromVoidPtr(hook_for(strcmp(kind, "gemm") == 0 ? GEMM : SYRK, ilp64));
+}
+
 OZB_HIDDEN PyMethodDef ozb_blashook_methods[] = {
+    {"blas_hook_address", bh_hook_address, METH_VARARGS,
+     "blas_hook_address(kind, ilp64) -> int (for tests)"},
     {"blas_install", bh_install, METH_VARARGS,
      "blas_install(module_path, route_gemm, route_syrk) -> bool\n\nPatch the GOT slots of "
      "the cblas dgemm/dsyrk symbols imported by the loaded module at module_path. The "
