@@ -8,8 +8,9 @@ model is ``mkl_fft``'s ``patch_numpy_fft`` / ``restore_numpy_fft`` / ``is_patche
 * NumPy's BLAS call site (the GOT slots of its cblas ``dgemm`` / ``dsyrk`` imports) leads
   to the BLAS hook (``blashook``; Linux ELF; removed again by ``disable()`` when nothing
   is enabled, see :func:`remove_blas_hook_if_idle`);
-* ``numpy.dot``, ``numpy.inner``, ``numpy.tensordot``, ``numpy.einsum`` and
-  ``numpy.linalg.multi_dot`` are rebound to wrappers (``numpy_wrappers``);
+* ``numpy.dot``, ``numpy.inner``, ``numpy.einsum`` (and ``numpy.tensordot``,
+  ``numpy.linalg.multi_dot`` where the BLAS hook is not installed: it sees all their
+  products) are rebound to wrappers (``numpy_wrappers``);
 * ``scipy.linalg.blas.dgemm`` (and ``scipy.linalg._fblas.dgemm``, which
   ``get_blas_funcs("gemm")`` returns) is rebound now if SciPy is imported, else by a
   post-import hook as soon as ``scipy.linalg.blas`` loads (``scipy_blas``).
@@ -39,8 +40,10 @@ def install() -> None:
     """Install the interception layer (once per process; later calls do nothing).
 
     Process-wide effects: replaces NumPy matmul's float64 inner loop (C hook, never
-    undone), points NumPy's BLAS dgemm/dsyrk call sites at the BLAS hook, rebinds ``numpy.dot``, ``numpy.inner``, ``numpy.tensordot``,
-    ``numpy.einsum``, ``numpy.linalg.multi_dot`` to wrappers, and patches
+    undone), points NumPy's BLAS dgemm/dsyrk call sites at the BLAS hook (again after
+    ``disable()`` removed it), rebinds ``numpy.dot``, ``numpy.inner``,
+    ``numpy.einsum`` (and, without the BLAS hook, ``numpy.tensordot`` and
+    ``numpy.linalg.multi_dot``) to wrappers, and patches
     ``scipy.linalg.blas.dgemm`` / ``get_blas_funcs("gemm")`` now or as soon as
     ``scipy.linalg`` is imported. Everything installed is inert outside a scope. The
     first ``enabled()`` / ``enable()`` calls this; call it yourself early (before
@@ -99,7 +102,10 @@ def _install_wrappers():
     with _lock:
         import numpy.linalg  # noqa: F401  (multi_dot's module)
 
+        hooked = blashook.installed()
         for modname, attr, impl, entry in numpy_wrappers.TARGETS:
+            if hooked and entry in numpy_wrappers.COVERED_BY_BLAS_HOOK:
+                continue  # every product of theirs reaches the BLAS hook
             _rebind(modname, attr, functools.partial(make_wrapper, impl=impl, entry=entry))
         if scipy_blas.MODULE in sys.modules:
             _patch_scipy()

@@ -54,6 +54,9 @@ def test_installed_by_a_scope_and_removed_by_disable():
                    for v in st["symbols"].values())
         assert_same_bits(a.dot(b), emu(a, b))
     assert blashook.installed()          # still installed between scopes
+    # tensordot and multi_dot are not wrapped: every product of theirs is a BLAS GEMM
+    assert np.tensordot is getattr(np.tensordot, "_ozaki_backend_original", np.tensordot)
+    assert "numpy.linalg.multi_dot" not in patches.installed_wrappers()
     ob.disable()                         # nothing enabled: the original pointers return
     assert not blashook.installed() and not blashook.settled
     assert_same_bits(a.dot(b), nat)
@@ -91,8 +94,8 @@ def test_entry_points_that_reach_blas_are_routed():
         "np.cov": lambda: np.cov(X),
         "np.corrcoef": lambda: np.corrcoef(X, Z),
         "matrix_power": lambda: np.linalg.matrix_power(S, 5),
-        "tensordot's own dot": lambda: patches.original("numpy.tensordot")(
-            X.reshape(30, 4, 5), Y.reshape(4, 5, 25), 2),
+        "np.tensordot": lambda: np.tensordot(X.reshape(30, 4, 5), Y.reshape(4, 5, 25), 2),
+        "np.linalg.multi_dot": lambda: np.linalg.multi_dot([X, Y, Y.T]),
     }
     ob.dispatch.install()
     native = {k: f() for k, f in cases.items()}
