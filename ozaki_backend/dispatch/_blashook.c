@@ -290,33 +290,58 @@ route_syrk(int order, int uplo, int trans, long long N, long long K, double alph
 }
 
 /* The replacements, one per integer width. The idle path is one relaxed load and a
- * tail call of the saved function. */
+ * tail call of the saved function: both branches are tail calls with the caller's own
+ * arguments, so nothing is spilled (the slow half is a separate, never-inlined
+ * function). */
+#if defined(__GNUC__) || defined(__clang__)
+#define OZB_NOINLINE __attribute__((noinline))
+#else
+#define OZB_NOINLINE
+#endif
 #define DEFINE_HOOKS(SUFFIX, INT)                                                      \
     typedef void (*gemm_##SUFFIX##_t)(int, int, int, INT, INT, INT, double,            \
                                       const double *, INT, const double *, INT,        \
                                       double, double *, INT);                          \
     typedef void (*syrk_##SUFFIX##_t)(int, int, int, INT, INT, double, const double *, \
                                       INT, double, double *, INT);                     \
+    static OZB_NOINLINE void                                                           \
+    slow_gemm_##SUFFIX(int order, int ta, int tb, INT M, INT N, INT K, double alpha,   \
+                       const double *A, INT lda, const double *B, INT ldb,             \
+                       double beta, double *C, INT ldc)                                \
+    {                                                                                  \
+        if (!route_gemm(order, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) {\
+            ((gemm_##SUFFIX##_t)g_sym[GEMM].orig)(order, ta, tb, M, N, K, alpha, A,    \
+                                                   lda, B, ldb, beta, C, ldc);         \
+        }                                                                              \
+    }                                                                                  \
     static void                                                                        \
     hook_gemm_##SUFFIX(int order, int ta, int tb, INT M, INT N, INT K, double alpha,   \
                        const double *A, INT lda, const double *B, INT ldb,             \
                        double beta, double *C, INT ldc)                                \
     {                                                                                  \
-        if (UNLIKELY(LOAD(g_active) != 0)                                              \
-                && route_gemm(order, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,  \
-                              ldc)) {                                                  \
+        if (UNLIKELY(LOAD(g_active) != 0)) {                                           \
+            slow_gemm_##SUFFIX(order, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, \
+                               ldc);                                                   \
             return;                                                                    \
         }                                                                              \
         ((gemm_##SUFFIX##_t)g_sym[GEMM].orig)(order, ta, tb, M, N, K, alpha, A, lda,   \
                                                B, ldb, beta, C, ldc);                  \
     }                                                                                  \
+    static OZB_NOINLINE void                                                           \
+    slow_syrk_##SUFFIX(int order, int uplo, int trans, INT N, INT K, double alpha,     \
+                       const double *A, INT lda, double beta, double *C, INT ldc)      \
+    {                                                                                  \
+        if (!route_syrk(order, uplo, trans, N, K, alpha, A, lda, beta, C, ldc)) {      \
+            ((syrk_##SUFFIX##_t)g_sym[SYRK].orig)(order, uplo, trans, N, K, alpha, A,  \
+                                                   lda, beta, C, ldc);                 \
+        }                                                                              \
+    }                                                                                  \
     static void                                                                        \
     hook_syrk_##SUFFIX(int order, int uplo, int trans, INT N, INT K, double alpha,     \
                        const double *A, INT lda, double beta, double *C, INT ldc)      \
     {                                                                                  \
-        if (UNLIKELY(LOAD(g_active) != 0)                                              \
-                && route_syrk(order, uplo, trans, N, K, alpha, A, lda, beta, C,        \
-                              ldc)) {                                                  \
+        if (UNLIKELY(LOAD(g_active) != 0)) {                                           \
+            slow_syrk_##SUFFIX(order, uplo, trans, N, K, alpha, A, lda, beta, C, ldc); \
             return;                                                                    \
         }                                                                              \
         ((syrk_##SUFFIX##_t)g_sym[SYRK].orig)(order, uplo, trans, N, K, alpha, A, lda, \
