@@ -384,3 +384,22 @@ def test_bad_leading_dimension_is_left_to_blas():
         # must not build views over memory that is not there.
         gemm(101, 111, 111, 4, 4, 4, 1.0, _ptr(a), 2, _ptr(a), 4, 0.0, _ptr(c), 4)
     assert ob.stats()["routed"] == 0 and blashook.counters()["python_calls"] == 0
+
+
+# ----------------------------------------------------------------------- GPU
+@pytest.mark.gpu
+def test_gpu_dot_method_and_syrk_are_bitwise_the_cpu_engine():
+    X, Y = M(300, 200), M(200, 250)
+    with ob.enabled(engine="cuda", min_size=0):
+        d = X.dot(Y)
+        g = X.dot(X.T)
+        c = np.cov(X)
+        s = ob.stats()
+    assert s["routed_by_entry"].get("BLAS dgemm") == 1
+    assert s["routed_by_entry"].get("BLAS dsyrk") == 2
+    assert all("cuda" in r for r in s["reasons"]["routed"])
+    assert_same_bits(d, emu(X, Y))
+    assert_same_bits(g, emu(X, X.T))
+    with ob.enabled(**CPU):
+        c_cpu = np.cov(X)
+    assert_same_bits(c, c_cpu)
