@@ -11,10 +11,18 @@ import os
 
 def pytest_sessionfinish(session, exitstatus):
     import ozaki_backend as ob
+    from ozaki_backend.dispatch import blashook, patches
 
     s = ob.stats()
+    # OZAKI_ROUTED_AT_LEAST=0 for a suite with no matrix product to route (SciPy's
+    # test_fblas: level-1/2 BLAS only); interception must still have been installed.
     need = int(os.environ.get("OZAKI_ROUTED_AT_LEAST", "1"))
-    print(f"\nrouted_check: routed {s['routed']} (by entry {s['routed_by_entry']}), "
+    if not patches.installed():
+        print("\nrouted_check: FAILED: the interception layer was never installed "
+              "(is OZAKI_BACKEND=1 set and the start-up hook installed?)")
+        session.exitstatus = 1
+    print(f"\nrouted_check: {blashook.describe()}")
+    print(f"routed_check: routed {s['routed']} (by entry {s['routed_by_entry']}), "
           f"native {s['native']}, fallback {s['fallback']}")
     if s["routed"] < need:
         print(f"routed_check: FAILED: fewer than {need} products were routed")
