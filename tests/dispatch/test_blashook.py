@@ -256,6 +256,19 @@ def test_enable_reaches_new_threads():
     assert not blashook.installed()
 
 
+def test_overflow_is_reported_as_numpys_dot_reports_it():
+    a = np.full((4, 4), 1e300)
+    with np.errstate(over="raise"):
+        with pytest.raises(FloatingPointError, match="overflow encountered in dot"):
+            a.dot(a)                                   # NumPy's own report
+        with ob.enabled(**CPU):
+            with pytest.raises(FloatingPointError, match="overflow encountered in dot"):
+                a.dot(a)                               # the routed product's, the same
+    with ob.enabled(**CPU), np.errstate(over="ignore"):
+        assert np.isposinf(a.dot(a)).all()
+    assert blas_entries() == {"BLAS dgemm": 2}
+
+
 # ----------------------------------------------------------------------- errors
 def test_errors_fall_back_to_the_original_blas(monkeypatch):
     X, Y = M(30, 20), M(20, 25)
