@@ -37,6 +37,7 @@
 
 #include "_hookstate.h"
 
+#ifndef OZB_ELF  /* -DOZB_ELF=0 builds the stub (how other platforms compile it) */
 #if defined(__linux__) && defined(__ELF__) && (defined(__x86_64__) || defined(__aarch64__))
 #define OZB_ELF 1
 #include <dlfcn.h>
@@ -46,6 +47,7 @@
 #include <unistd.h>
 #else
 #define OZB_ELF 0
+#endif
 #endif
 
 /* CBLAS enum values (cblas.h). */
