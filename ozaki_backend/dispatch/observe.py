@@ -28,7 +28,8 @@ def stats() -> dict:
         ``routed``, ``native``, ``fallback``: call counts; ``reasons``: for each of
         those outcomes a ``{reason: count}`` dict (routed reasons name the engine);
         ``routed_by_entry``: routed calls per entry point (``@/np.matmul``,
-        ``np.dot``, ``scipy dgemm`` ...); ``seconds``: time spent per outcome;
+        ``np.dot``, ``scipy dgemm``, ``BLAS dgemm`` / ``BLAS dsyrk`` for products
+        routed at NumPy's BLAS call site: ``ndarray.dot``, ``np.cov`` ...); ``seconds``: time spent per outcome;
         ``moduli``: ``{moduli count: 2-D products}`` of the Ozaki-II products
         computed (with ``precision="fp64"`` the count is chosen per product from its
         operands, ``docs/precision.md``); ``last_moduli``: the count of this thread's

@@ -416,3 +416,20 @@ def test_gpu_dot_method_and_syrk_are_bitwise_the_cpu_engine():
     with ob.enabled(**CPU):
         c_cpu = np.cov(X)
     assert_same_bits(c, c_cpu)
+
+
+def test_a_module_without_blas_imports_is_reported_and_nothing_is_patched():
+    assert not blashook.installed()
+    other = blashook._C.__file__          # imports no cblas symbol
+    try:
+        assert blashook._C.blas_install(other, blashook._route_gemm,
+                                        blashook._route_syrk) is False
+        st = blashook.status()
+        assert not st["installed"] and st["symbols"] == {}
+        assert "imports no cblas dgemm/dsyrk symbol" in st["reason"]
+        assert blashook._C.blas_install("/nonexistent/module.so", blashook._route_gemm,
+                                        blashook._route_syrk) is False
+        assert "dlopen" in blashook.status()["reason"]
+    finally:
+        with ob.enabled(**CPU):               # NumPy's module is found again
+            assert blashook.installed()
