@@ -4,6 +4,7 @@ mapping of the top-level kernels/ folder into the package (it ships in the wheel
 of site-packages (a ``.pth`` file is only read there)."""
 
 import os
+import sys
 
 import numpy
 from setuptools import Extension, find_packages, setup
@@ -12,12 +13,18 @@ from setuptools.command.build_py import build_py
 packages = find_packages(include=["ozaki_backend", "ozaki_backend.*"]) + ["ozaki_backend.kernels"]
 
 ext_modules = []
-_hook = os.path.join("ozaki_backend", "dispatch", "_loophook.c")
+_hook_dir = os.path.join("ozaki_backend", "dispatch")
+_hook = os.path.join(_hook_dir, "_loophook.c")
 if os.path.exists(_hook):
+    # One extension, two hooks sharing the lock-free routing state (_hookstate.h): the
+    # matmul inner-loop hook and the BLAS call-site hook (GOT patching, Linux ELF; it
+    # compiles to a stub elsewhere and says so at run time).
     ext_modules.append(Extension(
-        "ozaki_backend.dispatch._loophook", [_hook],
+        "ozaki_backend.dispatch._loophook", [_hook, os.path.join(_hook_dir, "_blashook.c")],
         include_dirs=[numpy.get_include()],
+        depends=[os.path.join(_hook_dir, "_hookstate.h")],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_22_API_VERSION")],
+        libraries=["dl"] if sys.platform.startswith("linux") else [],
     ))
 
 # OZAKI_BACKEND=1 start-up hook (ozaki_backend/dispatch/env.py explains it): a one-line

@@ -30,36 +30,22 @@
 #include <fenv.h>
 #include <math.h>
 
+/* One NumPy API table for both sources of the extension (_blashook.c uses it too). */
+#define PY_ARRAY_UNIQUE_SYMBOL ozb_PyArray_API
 #include <numpy/arrayobject.h>
 #include <numpy/ufuncobject.h>
 
-#if defined(__GNUC__) || defined(__clang__)
-#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
-#define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
-#define BUMP(x) __atomic_fetch_add(&(x), 1, __ATOMIC_RELAXED)
-#define UNLIKELY(c) __builtin_expect(!!(c), 0)
-#else
-/* Aligned 64-bit loads and stores are atomic on the platforms NumPy supports; the
- * counters are statistics, so a lost increment under contention is acceptable. */
-#define LOAD(x) (x)
-#define STORE(x, v) ((x) = (v))
-#define BUMP(x) ((x)++)
-#define UNLIKELY(c) (c)
-#endif
-
-#if PY_VERSION_HEX >= 0x030D0000
-#define IS_FINALIZING() Py_IsFinalizing()
-#else
-#define IS_FINALIZING() _Py_IsFinalizing()
-#endif
+#include "_hookstate.h"
 
 static PyUFuncGenericFunction g_orig = NULL; /* NumPy's own dd->d matmul loop */
 static PyObject *g_matmul = NULL;            /* keeps np.matmul alive */
 static PyObject *g_callback = NULL;          /* route(a, b, out) -> bool */
 
-/* Routing state, written by ozaki_backend.dispatch.config under its lock. */
-static volatile long long g_active = 0;   /* active scopes anywhere (+1 for enable()) */
-static volatile long long g_floor = LLONG_MAX; /* smallest m*n*k any active scope routes */
+/* Routing state, written by ozaki_backend.dispatch.config under its lock; the BLAS
+ * hook (_blashook.c) reads the same two integers (see _hookstate.h). */
+volatile long long g_active = 0;   /* active scopes anywhere (+1 for enable()) */
+volatile long long g_floor = LLONG_MAX; /* smallest m*n*k any active scope routes */
+OZB_THREAD int t_inside = 0;
 
 /* Statistics, only counted while some scope is active (an idle process pays nothing).
  * The C side cannot tell whose product it sees, so these include other threads and
@@ -156,9 +142,10 @@ hooked_loop(char **args, npy_intp const *dimensions, npy_intp const *steps, void
         g_orig(args, dimensions, steps, data);
         return;
     }
-    if (UNLIKELY(IS_FINALIZING())) {
+    if (UNLIKELY(IS_FINALIZING()) || t_inside) {
         /* No Python calls while the interpreter shuts down (enable() is still in
-         * force then, and objects being torn down may still multiply). */
+         * force then, and objects being torn down may still multiply), nor for the
+         * products the router itself makes in this thread (the engine's own). */
         g_orig(args, dimensions, steps, data);
         return;
     }
@@ -172,7 +159,11 @@ hooked_loop(char **args, npy_intp const *dimensions, npy_intp const *steps, void
          * so restore the flags as they were before it: only the loop's own arithmetic
          * may speak for matmul. */
         fexcept_t fpflags;
+        int was_inside = t_inside;
         fegetexceptflag(&fpflags, FE_ALL_EXCEPT);
+        /* The router (and the engine it runs) may call NumPy's BLAS: the BLAS hook
+         * must let those calls through untouched. */
+        t_inside = 1;
         handled = call_router(args, dimensions, steps, &interrupted);
         fesetexceptflag(&fpflags, FE_ALL_EXCEPT);
         /* A routed product that overflowed reports it as NumPy's own loop would: the
@@ -185,8 +176,11 @@ hooked_loop(char **args, npy_intp const *dimensions, npy_intp const *steps, void
          * large product does not stall every other Python thread. */
         PyGILState_Release(st);
         if (!handled) {
+            /* Already decided (and counted) in Python: NumPy's loop calls BLAS for
+             * this very product, which the BLAS hook must not decide again. */
             g_orig(args, dimensions, steps, data);
         }
+        t_inside = was_inside;
         if (interrupted) {
             PyErr_SetInterrupt();   /* async-signal-safe: needs no GIL */
         }
@@ -297,14 +291,22 @@ static PyMethodDef lh_methods[] = {
 
 static struct PyModuleDef lh_module = {
     PyModuleDef_HEAD_INIT, "_loophook",
-    "C inner-loop hook for numpy.matmul (see ozaki_backend.dispatch.loophook).", -1,
+    "C hooks: numpy.matmul's inner loop (ozaki_backend.dispatch.loophook) and NumPy's "
+    "BLAS call site (ozaki_backend.dispatch.blashook).", -1,
     lh_methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC
 PyInit__loophook(void)
 {
+    PyObject *m;
     import_array();
     import_umath();
-    return PyModule_Create(&lh_module);
+    m = PyModule_Create(&lh_module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddFunctions(m, ozb_blashook_methods) < 0 || ozb_blashook_init(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

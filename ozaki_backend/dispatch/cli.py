@@ -199,7 +199,7 @@ def _info() -> dict:
     from ..spec.moduli import MODULI
     from ..spec.rules import CERT_C, CERT_DIV, CERT_SMALL, CERT_SMALL_DIV, EXPECTED_BITS
     from . import config as _config
-    from . import costmodel, loophook, numpy_wrappers, patches, routing
+    from . import blashook, costmodel, loophook, numpy_wrappers, patches, routing
     from . import env as _env
 
     ok, why = availability()
@@ -237,6 +237,7 @@ def _info() -> dict:
         "loop_hook": {"extension": loophook.available(),
                       "extension_path": loophook.extension_path(),
                       "installed_in_this_process": loophook.installed()},
+        "blas_hook": {"platform": blashook.available(), **blashook.status()},
         "state": {"enabled_here": node.enabled, "config": node.config.as_dict(),
                   "c_state": dict(zip(("active_scopes", "floor"), loophook.state()))},
         "cost_model": {"host_gflops": model.host_gflops, "host_source": model.host_source,
@@ -253,15 +254,24 @@ def _info() -> dict:
                             "expected_bits": EXPECTED_BITS}},
         "intercepted": {
             "@ / np.matmul": "C inner-loop hook (float64 dd->d loop)",
-            **{f"{m}.{a}": "module-level wrapper" for m, a, _, _ in numpy_wrappers.TARGETS},
+            "ndarray.dot, np.cov, held dot":
+                "BLAS call-site hook (NumPy dgemm/dsyrk GOT slots)" if blashook.available()
+                else "not hooked on this platform",
+            **{f"{m}.{a}": ("BLAS call-site hook (no wrapper)"
+                            if blashook.available()
+                            and e in numpy_wrappers.COVERED_BY_BLAS_HOOK
+                            else "module-level wrapper")
+               for m, a, _, e in numpy_wrappers.TARGETS},
             "scipy.linalg.blas.dgemm": "module-level wrapper (also scipy.linalg._fblas.dgemm)",
             "scipy.linalg.get_blas_funcs('gemm')": "returns the dgemm wrapper (memo cleared)",
         },
         "installed_wrappers": patches.installed_wrappers(),
-        "not_intercepted": [
+        "not_intercepted": ([] if blashook.available() else [
             "ndarray.dot (method of an immutable type)",
             "names bound before installation (from numpy import dot)",
-            "NumPy/SciPy internals holding their own reference (np.cov, tensordot's dot)",
+            "NumPy internals holding their own reference (np.cov, tensordot's dot)",
+        ]) + [
+            "SciPy internals and compiled code (expm, cython_blas: SciPy's own BLAS)",
             "GEMMs inside LAPACK (solve, eig, qr, ...) and compiled extensions",
             "get_blas_funcs('gemm', ilp64=True) (scipy.linalg._fblas_64)",
             "float32, complex, integer, object products; ndarray subclasses",

@@ -21,10 +21,11 @@ Rules every implementation follows:
   ``inner``, ``tensordot``, ``multi_dot``; ``einsum``'s ``order='K'`` layout), and
   ``out=`` is honoured.
 
-Not reachable this way (pinned by tests, listed in ``docs/intercepted.md``): the
-``ndarray.dot`` method (the type is immutable), names bound before installation
-(``from numpy import dot`` earlier), and NumPy internals that hold their own
-reference (``np.cov``, the ``dot`` inside ``tensordot``).
+Not reachable this way: the ``ndarray.dot`` method (the type is immutable), names
+bound before installation (``from numpy import dot`` earlier), and NumPy internals
+that hold their own reference (``np.cov``, the ``dot`` inside ``tensordot``). Those
+reach NumPy's BLAS, where the call-site hook (``blashook``) routes them where it can
+be installed (``docs/intercepted.md``).
 """
 
 from __future__ import annotations
@@ -33,14 +34,15 @@ import math
 
 import numpy as np
 
-from .route import (F64, NOT_ROUTED, bind, dims_reason, native, ok_out, pair_reason,
-                    routed)
+from .route import (F64, NOT_ROUTED, bind, call_decided, dims_reason, native, ok_out,
+                    pair_reason, routed)
 
 
 def _original_dot(x, y):
-    """NumPy's own ``np.dot`` (behind the wrapper if installed) for a native sub-product."""
+    """NumPy's own ``np.dot`` (behind the wrapper if installed) for a native sub-product
+    (already decided: the BLAS call-site hook lets it through)."""
     dot = np.dot
-    return getattr(dot, "_ozaki_backend_original", dot)(x, y)
+    return call_decided(getattr(dot, "_ozaki_backend_original", dot), x, y)
 
 
 def route_dot(cfg, args, kwargs):
@@ -323,6 +325,13 @@ def _einsum_output(a, b, sa, sb, outs):
         order="K", op_dtypes=[None, None, F64], casting="safe")
     return it.operands[2]
 
+
+#: Entry points whose every matrix product NumPy hands to BLAS as one 2-D GEMM: with
+#: the BLAS call-site hook installed (``blashook``) their wrappers add nothing (same
+#: products, same bits, ``out=`` is NumPy's own), so ``patches`` does not install them
+#: then. ``np.dot`` and ``np.inner`` stay wrapped (an N-d operand is not a GEMM in
+#: NumPy), and so does ``np.einsum`` (no BLAS without ``optimize``).
+COVERED_BY_BLAS_HOOK = frozenset({"np.tensordot", "np.linalg.multi_dot"})
 
 #: ``(module, attribute, implementation, entry point)`` of every NumPy function
 #: ``patches.install()`` rebinds to a wrapper.

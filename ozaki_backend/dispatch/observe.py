@@ -13,9 +13,10 @@ installed.
 from __future__ import annotations
 
 from .. import _native, _stats
-from . import config, costmodel, log, loophook, patches, route, routing
+from . import blashook, config, costmodel, log, loophook, patches, route, routing
 
 C_ERROR = "@/np.matmul: error in the C hook"
+BLAS_C_ERROR = "BLAS hook: error in the C hook"
 
 
 def stats() -> dict:
@@ -27,7 +28,8 @@ def stats() -> dict:
         ``routed``, ``native``, ``fallback``: call counts; ``reasons``: for each of
         those outcomes a ``{reason: count}`` dict (routed reasons name the engine);
         ``routed_by_entry``: routed calls per entry point (``@/np.matmul``,
-        ``np.dot``, ``scipy dgemm`` ...); ``seconds``: time spent per outcome;
+        ``np.dot``, ``scipy dgemm``, ``BLAS dgemm`` / ``BLAS dsyrk`` for products
+        routed at NumPy's BLAS call site: ``ndarray.dot``, ``np.cov`` ...); ``seconds``: time spent per outcome;
         ``moduli``: ``{moduli count: 2-D products}`` of the Ozaki-II products
         computed (with ``precision="fp64"`` the count is chosen per product from its
         operands, ``docs/precision.md``); ``last_moduli``: the count of this thread's
@@ -54,6 +56,10 @@ def stats() -> dict:
     c = loophook.counters()
     if c["errors"]:
         reasons["fallback"][C_ERROR] = reasons["fallback"].get(C_ERROR, 0) + c["errors"]
+    bc = blashook.counters()
+    if bc["errors"]:
+        reasons["fallback"][BLAS_C_ERROR] = (reasons["fallback"].get(BLAS_C_ERROR, 0)
+                                             + bc["errors"])
     out = {k: sum(v.values()) for k, v in reasons.items()}
     out.update(reasons=reasons, routed_by_entry=log.routed_by_entry(),
                seconds=snap["seconds"], moduli=snap["moduli"],
@@ -69,6 +75,7 @@ def reset_stats() -> None:
     """Zero every counter of :func:`stats` (process-wide)."""
     _stats.reset()
     loophook.reset_counters()
+    blashook.reset_counters()
     log.reset_routed_by_entry()
     routing.recent.clear()
 
@@ -189,6 +196,7 @@ def _report() -> str:
     lines.append(f"installed: loop hook {loophook.installed()} (extension "
                  f"{'available' if loophook.available() else 'missing'}), wrappers "
                  f"{sorted(patches.installed_wrappers()) or 'none'}")
+    lines.append(blashook.describe())
     lines.append(f"cost model: {costmodel.cost_model()!r}")
     if routing.recent:
         lines.append("recent decisions (newest last):")

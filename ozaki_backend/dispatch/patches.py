@@ -5,8 +5,12 @@ model is ``mkl_fft``'s ``patch_numpy_fft`` / ``restore_numpy_fft`` / ``is_patche
 
 * NumPy matmul's float64 inner loop is replaced by the C hook (``loophook``; once per
   process, never undone, see ``_loophook.c``);
-* ``numpy.dot``, ``numpy.inner``, ``numpy.tensordot``, ``numpy.einsum`` and
-  ``numpy.linalg.multi_dot`` are rebound to wrappers (``numpy_wrappers``);
+* NumPy's BLAS call site (the GOT slots of its cblas ``dgemm`` / ``dsyrk`` imports) leads
+  to the BLAS hook (``blashook``; Linux ELF; removed again by ``disable()`` when nothing
+  is enabled, see :func:`remove_blas_hook_if_idle`);
+* ``numpy.dot``, ``numpy.inner``, ``numpy.einsum`` (and ``numpy.tensordot``,
+  ``numpy.linalg.multi_dot`` where the BLAS hook is not installed: it sees all their
+  products) are rebound to wrappers (``numpy_wrappers``);
 * ``scipy.linalg.blas.dgemm`` (and ``scipy.linalg._fblas.dgemm``, which
   ``get_blas_funcs("gemm")`` returns) is rebound now if SciPy is imported, else by a
   post-import hook as soon as ``scipy.linalg.blas`` loads (``scipy_blas``).
@@ -22,7 +26,7 @@ import functools
 import sys
 import threading
 
-from . import loophook, numpy_wrappers, scipy_blas
+from . import blashook, loophook, numpy_wrappers, scipy_blas
 from .route import make_wrapper
 
 _lock = threading.RLock()
@@ -36,8 +40,10 @@ def install() -> None:
     """Install the interception layer (once per process; later calls do nothing).
 
     Process-wide effects: replaces NumPy matmul's float64 inner loop (C hook, never
-    undone), rebinds ``numpy.dot``, ``numpy.inner``, ``numpy.tensordot``,
-    ``numpy.einsum``, ``numpy.linalg.multi_dot`` to wrappers, and patches
+    undone), points NumPy's BLAS dgemm/dsyrk call sites at the BLAS hook (again after
+    ``disable()`` removed it), rebinds ``numpy.dot``, ``numpy.inner``,
+    ``numpy.einsum`` (and, without the BLAS hook, ``numpy.tensordot`` and
+    ``numpy.linalg.multi_dot``) to wrappers, and patches
     ``scipy.linalg.blas.dgemm`` / ``get_blas_funcs("gemm")`` now or as soon as
     ``scipy.linalg`` is imported. Everything installed is inert outside a scope. The
     first ``enabled()`` / ``enable()`` calls this; call it yourself early (before
@@ -46,14 +52,30 @@ def install() -> None:
     thread runs it.
     """
     global _installed
-    if _installed:
+    if _installed and blashook.settled:
         return
     with _lock:
+        if not blashook.settled:
+            blashook.install()  # again after disable() removed it
         if _installed:
             return
         loophook.install()
         _install_wrappers()
         _installed = True
+
+
+def remove_blas_hook_if_idle() -> None:
+    """Put NumPy's BLAS slots back when no scope is active anywhere (``disable()``).
+
+    The BLAS hook, unlike the matmul loop (a ufunc table entry that must not change
+    while another thread runs it), is one pointer per slot: writing the original back
+    is safe at any time, and a call already inside the hook finishes normally.
+    """
+    from . import config as _config
+
+    with _lock:
+        if blashook.settled and not _config.ANY_ACTIVE:
+            blashook.remove()
 
 
 def installed() -> bool:
@@ -80,7 +102,10 @@ def _install_wrappers():
     with _lock:
         import numpy.linalg  # noqa: F401  (multi_dot's module)
 
+        hooked = blashook.installed()
         for modname, attr, impl, entry in numpy_wrappers.TARGETS:
+            if hooked and entry in numpy_wrappers.COVERED_BY_BLAS_HOOK:
+                continue  # every product of theirs reaches the BLAS hook
             _rebind(modname, attr, functools.partial(make_wrapper, impl=impl, entry=entry))
         if scipy_blas.MODULE in sys.modules:
             _patch_scipy()
@@ -110,7 +135,8 @@ def _patch_scipy():
 
 
 def restore() -> None:
-    """Put every original back (``np.dot`` etc. and SciPy's ``dgemm``); clear SciPy's memo.
+    """Put every original back (``np.dot`` etc., SciPy's ``dgemm``, NumPy's BLAS slots);
+    clear SciPy's memo.
 
     The matmul loop hook is not affected (it is never undone). Scopes opened later
     install the wrappers again. Code that took a reference to a wrapper keeps it (it
@@ -118,6 +144,7 @@ def restore() -> None:
     """
     global _scipy_hook, _installed
     with _lock:
+        blashook.remove()
         for (modname, attr), w in list(_wrappers.items()):
             mod = sys.modules.get(modname)
             if mod is not None and getattr(mod, attr, None) is w:

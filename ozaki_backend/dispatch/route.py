@@ -36,6 +36,18 @@ from . import config as _config
 from . import routing
 from .log import count_entry, fallback
 
+try:
+    # The C extension itself (a leaf): this thread's "inside the router" flag, which
+    # makes the BLAS call-site hook and the loop hook let a call through untouched.
+    from ._loophook import blas_set_inside as _set_inside
+except ImportError:  # not built (or built before the BLAS hook): nothing to suppress
+    _set_inside = None
+
+#: Per thread: whether a decision about the current call was recorded in Python, so
+#: that the original function, if it runs, must not have the same product decided (and
+#: counted) again by the BLAS call-site hook.
+_decided = threading.local()
+
 #: Returned by the routing helpers and the wrappers' implementations when the call is
 #: not routed and the original function must run with the original arguments.
 NOT_ROUTED = object()
@@ -68,9 +80,22 @@ def native(reason: str, entry: str):
     -------
     NOT_ROUTED
     """
+    _decided.flag = True
     _stats.record("native", reason)
     routing.recent.append(routing.Decision(False, reason, entry=entry))
     return NOT_ROUTED
+
+
+def call_decided(original, *args, **kwargs):
+    """``original(*args, **kwargs)`` for a product already decided (and counted) here:
+    NumPy's BLAS calls it makes in this thread are not routed or counted again."""
+    if _set_inside is None:
+        return original(*args, **kwargs)
+    prev = _set_inside(True)
+    try:
+        return original(*args, **kwargs)
+    finally:
+        _set_inside(prev)
 
 
 def pair_reason(a, b):
@@ -148,6 +173,7 @@ def routed(cfg, a, b, entry, *, alpha=1.0, beta=0.0, c=None, out=None, fp_name="
         The result (``out`` when given), or :data:`NOT_ROUTED` when the decision is
         native or the routed path failed (counted as a fallback and logged).
     """
+    _decided.flag = True
     m, k = a.shape[-2:]
     n = b.shape[-1]
     batch = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
@@ -219,14 +245,20 @@ def make_wrapper(original, impl, entry):
             cfg = scope_config()
             if cfg is not None:
                 _pending.name = None
+                _decided.flag = False
                 try:
                     res = impl(cfg, args, kwargs)
                 except Exception as exc:  # a bug here must not cost the user a result
                     fallback(entry, exc)
+                    _decided.flag = True
                     res = NOT_ROUTED
                 if res is not NOT_ROUTED:
                     report_pending()
                     return res
+                if _decided.flag:
+                    # Decided here already: count the product once, not again at
+                    # NumPy's BLAS call site.
+                    return call_decided(original, *args, **kwargs)
         return original(*args, **kwargs)
 
     impl_attr = getattr(original, "_implementation", None)

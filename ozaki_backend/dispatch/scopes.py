@@ -18,7 +18,7 @@ import functools
 
 from . import config as _config
 from .config import Config
-from .patches import install
+from .patches import install, remove_blas_hook_if_idle
 
 
 class _Scope:
@@ -140,6 +140,9 @@ def disable() -> None:
     """Turn the process-wide default off again (scopes are not affected).
 
     The default configuration returns to the library defaults, so a later
-    ``enabled()`` does not inherit what an earlier ``enable(...)`` set.
+    ``enabled()`` does not inherit what an earlier ``enable(...)`` set. When no scope
+    is active anywhere any more, NumPy's BLAS call site gets its original pointers back
+    (the next ``enabled()`` / ``enable()`` hooks it again).
     """
     _config.set_default(False, _config.DEFAULT_CONFIG)
+    remove_blas_hook_if_idle()

@@ -84,9 +84,11 @@ def test_import_is_cheap_and_installs_nothing():
         from numpy import dot as dot_before
         orig = np.dot
         import ozaki_backend as ob
-        from ozaki_backend.dispatch import loophook
+        from ozaki_backend.dispatch import blashook, loophook
         out = {"imported": sorted(m for m in ("cupy", "scipy") if m in sys.modules),
-               "installed": loophook.installed() or np.dot is not orig}
+               "installed": loophook.installed() or blashook.installed()
+                            or np.dot is not orig,
+               "blas_hook": blashook.available()}
         from scipy.linalg.blas import dgemm as dgemm_before  # still before installation
         a = np.random.default_rng(0).standard_normal((10, 10))
         ref = ob.matmul(a, a, engine="cpu")
@@ -99,9 +101,11 @@ def test_import_is_cheap_and_installs_nothing():
         print(json.dumps(out))
     """)
     out = json.loads(_py(["-c", code], _env()).stdout)
+    # A `dot` bound before installation is routed through NumPy's BLAS call site where
+    # that can be hooked (Linux ELF); SciPy's own BLAS is not hooked.
     assert out == {"imported": [], "installed": False, "np_dot": True,
-                   "dot_bound_before": False, "dgemm_bound_before": False,
-                   "blas_dgemm": True}
+                   "dot_bound_before": out["blas_hook"], "dgemm_bound_before": False,
+                   "blas_dgemm": True, "blas_hook": out["blas_hook"]}
 
 
 def test_start_hook_truth_values():

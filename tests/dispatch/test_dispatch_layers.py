@@ -22,7 +22,7 @@ LAYERS = [
     {"config"},
     {"routing"},
     {"route"},
-    {"loophook", "numpy_wrappers", "scipy_blas"},
+    {"loophook", "blashook", "numpy_wrappers", "scipy_blas"},
     {"wrap", "patches"},
     {"scopes"},
     {"observe"},
