@@ -187,91 +187,6 @@ def _run_target(kind, target, args) -> int:
     return 0
 
 
-def _info() -> dict:
-    import importlib.util
-    import platform
-
-    import numpy as np
-
-    from .._version import __version__
-    from ..plan import Plan
-    from ..registry import cuda_availability as availability
-    from ..spec.moduli import MODULI
-    from ..spec.rules import CERT_C, CERT_DIV, CERT_SMALL, CERT_SMALL_DIV, EXPECTED_BITS
-    from . import config as _config
-    from . import costmodel, loophook, numpy_wrappers, patches, routing
-    from . import env as _env
-
-    ok, why = availability()
-    cupy = None
-    if "cupy" in sys.modules:
-        cupy = getattr(sys.modules["cupy"], "__version__", "?")
-    try:
-        import scipy
-
-        scipy_version = scipy.__version__
-    except ImportError:
-        scipy_version = None
-    node = _config.current()
-    model = costmodel.cost_model()
-    eng_auto, eng_why = routing.resolve_engine(_config.DEFAULT_CONFIG)
-    cross = []
-    for n in (256, 512, 1024, 2048, 4096, 8192, 16384):
-        p = Plan(n, n, n)
-        N = p.expected_moduli     # the estimate assumes ordinary data
-        t_h = model.host_seconds(n, n, n)
-        t_e = model.emulated_seconds(n, n, n, 1, p.n_gemms - (p.n_moduli - N) * p.k_split,
-                                     N)
-        cross.append({"n": n, "moduli": N, "host_ms": t_h * 1e3,
-                      "emulated_ms": t_e * 1e3, "routed": t_e < t_h})
-    env_vars = {k: v for k, v in os.environ.items() if k.startswith("OZAKI_BACKEND")}
-    known = {_env.ENV, *_env.VARS.values(), *_env.EXTRA_VARS}
-    return {
-        "ozaki_backend": __version__,
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "scipy": scipy_version,
-        "gpu": {"usable": ok, "detail": why},
-        "cupy": cupy,
-        "engine_auto": {"engine": eng_auto, "why": eng_why},
-        "loop_hook": {"extension": loophook.available(),
-                      "extension_path": loophook.extension_path(),
-                      "installed_in_this_process": loophook.installed()},
-        "state": {"enabled_here": node.enabled, "config": node.config.as_dict(),
-                  "c_state": dict(zip(("active_scopes", "floor"), loophook.state()))},
-        "cost_model": {"host_gflops": model.host_gflops, "host_source": model.host_source,
-                       **{k: getattr(model, k) for k in model.PARAMS},
-                       "floor_mnk": model.floor(), "cubes": cross},
-        "moduli": {"table": list(MODULI),
-                   "fp64": {"rule": "per product, the fewest moduli whose certificate "
-                                    "bounds the truncation error by c u |A||B|, c = "
-                                    f"min(k-1, {CERT_C}, isqrt(k)/{CERT_DIV}) ("
-                                    f"isqrt(k)/{CERT_SMALL_DIV} below {CERT_SMALL} "
-                                    "elements); then the residual pass, then native",
-                            "expected": {str(k): Plan(256, 256, k).expected_moduli
-                                         for k in (64, 1024, 8192, 65536)},
-                            "expected_bits": EXPECTED_BITS}},
-        "intercepted": {
-            "@ / np.matmul": "C inner-loop hook (float64 dd->d loop)",
-            **{f"{m}.{a}": "module-level wrapper" for m, a, _, _ in numpy_wrappers.TARGETS},
-            "scipy.linalg.blas.dgemm": "module-level wrapper (also scipy.linalg._fblas.dgemm)",
-            "scipy.linalg.get_blas_funcs('gemm')": "returns the dgemm wrapper (memo cleared)",
-        },
-        "installed_wrappers": patches.installed_wrappers(),
-        "not_intercepted": [
-            "ndarray.dot (method of an immutable type)",
-            "names bound before installation (from numpy import dot)",
-            "NumPy/SciPy internals holding their own reference (np.cov, tensordot's dot)",
-            "GEMMs inside LAPACK (solve, eig, qr, ...) and compiled extensions",
-            "get_blas_funcs('gemm', ilp64=True) (scipy.linalg._fblas_64)",
-            "float32, complex, integer, object products; ndarray subclasses",
-        ],
-        "environment": {k: {"value": v, "known": k in known} for k, v in env_vars.items()},
-        "start_hook": {"pth_installed": importlib.util.find_spec("_ozaki_backend_start")
-                       is not None},
-    }
-
-
 def info_main(argv) -> int:
     """Print what this process would do: GPU, CuPy, thresholds, moduli, interception.
 
@@ -295,6 +210,8 @@ def info_main(argv) -> int:
         sys.stderr.write(INFO_USAGE + f"\nozaki_backend info: error: unrecognized "
                          f"arguments: {' '.join(extra)}\n")
         return 2
+    from .observe import info as _info
+
     info = _info()
     if as_json:
         import json

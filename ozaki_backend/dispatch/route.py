@@ -34,7 +34,7 @@ import numpy as np
 from .. import _api, _native, _stats, semantics
 from . import config as _config
 from . import routing
-from .log import count_entry, fallback
+from .log import count_entry, decision, fallback
 
 #: Returned by the routing helpers and the wrappers' implementations when the call is
 #: not routed and the original function must run with the original arguments.
@@ -69,7 +69,9 @@ def native(reason: str, entry: str):
     NOT_ROUTED
     """
     _stats.record("native", reason)
-    routing.recent.append(routing.Decision(False, reason, entry=entry))
+    d = routing.Decision(False, reason, entry=entry)
+    routing.recent.append(d)
+    decision(d)
     return NOT_ROUTED
 
 
@@ -155,12 +157,13 @@ def routed(cfg, a, b, entry, *, alpha=1.0, beta=0.0, c=None, out=None, fp_name="
     if d.routed and (not finite(a, b) or (c is not None and beta != 0 and not finite(c))):
         d = d.replace(routed=False, reason=NON_FINITE)
     routing.recent.append(d)
+    decision(d)
     if not d.routed:
         _stats.record("native", d.reason)
         return NOT_ROUTED
     flag = [] if overflowed is None else overflowed
     try:
-        with _native.suspended():
+        with _native.suspended(), _config.uncounted():
             res = _api.product(a, b, dict(cfg.opts, engine=d.engine), alpha=alpha,
                                beta=beta, c=c, fp_name=fp_name, overflowed=flag)
             if out is not None:
