@@ -44,14 +44,23 @@ def decision(d) -> None:
 
 def fallback_key(exc: BaseException) -> str:
     """The short, stable reason a failure is counted under: ``engine unavailable``,
-    ``out of memory``, ``compile error``, or ``error (<exception type>)``."""
-    names = [c.__name__ for c in type(exc).__mro__]
-    if isinstance(exc, EngineUnavailableError):
+    ``out of memory``, ``compile error``, ``CUDA error``, or ``error (<exception
+    type>)``. The CUDA engine's :class:`CudaEngineError` is classified by the CuPy error
+    it wraps (its ``__cause__``)."""
+    chain, e = [], exc
+    while e is not None and len(chain) < 8:
+        chain.append(e)
+        e = e.__cause__
+    names = [c.__name__ for e in chain for c in type(e).__mro__]
+    if any(isinstance(e, EngineUnavailableError) for e in chain):
         return "engine unavailable"
-    if isinstance(exc, MemoryError) or any("OutOfMemory" in n for n in names):
+    if any(isinstance(e, MemoryError) for e in chain) or \
+            any("OutOfMemory" in n for n in names) or "out of memory" in str(exc):
         return "out of memory"
-    if any("Compile" in n or "NVRTC" in n for n in names):
+    if any("Compile" in n or "NVRTC" in n for n in names) or "failed to compile" in str(exc):
         return "compile error"
+    if "CudaEngineError" in names:
+        return "CUDA error"
     return f"error ({type(exc).__name__})"
 
 
@@ -89,6 +98,6 @@ def fallback(entry: str, exc: BaseException) -> None:
     text = f"{type(exc).__name__}: {exc}"
     _stats.record("fallback", f"{entry}: {key}", detail=text)
     # A traceback only where it can help: an unexpected error, and only at DEBUG.
-    expected = key != f"error ({type(exc).__name__})"
+    expected = not key.startswith("error (")
     logger().debug("fallback in %s: %s", entry, text, exc_info=not expected)
     warn_fallback(f"{entry}: {key}: {exc}")

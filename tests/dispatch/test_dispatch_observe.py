@@ -250,3 +250,38 @@ def test_host_rate_of_zero_is_rejected_not_divided_by(monkeypatch):
     with pytest.warns(ob.ConfigurationWarning, match="OZAKI_BACKEND_HOST_GFLOPS='0'"):
         assert fresh.host_gflops == 12.5
     assert fresh.host_seconds(10, 10, 10) > 0
+
+
+@pytest.mark.parametrize("make, key", [
+    (lambda: MemoryError("host"), "out of memory"),
+    (lambda: ob.EngineUnavailableError("no CuPy"), "engine unavailable"),
+    (lambda: _wrapped(type("OutOfMemoryError", (Exception,), {})("2 GiB")), "out of memory"),
+    (lambda: _wrapped(type("CompileException", (Exception,), {})("nvrtc")), "compile error"),
+    (lambda: _wrapped(ValueError("cublas")), "CUDA error"),
+    (lambda: KeyError("x"), "error (KeyError)")])
+def test_fallback_reasons_are_short_stable_keys(make, key):
+    assert log.fallback_key(make()) == key
+
+
+def _wrapped(cause):
+    from ozaki_backend.cuda import CudaEngineError
+
+    try:
+        raise CudaEngineError(f"CUDA engine failed: {cause}") from cause
+    except CudaEngineError as exc:
+        return exc
+
+
+def test_out_of_memory_in_the_routed_path_warns_and_computes_natively(monkeypatch):
+    from ozaki_backend.dispatch import route
+
+    def oom(*args, **kwargs):
+        raise MemoryError("cannot allocate")
+
+    monkeypatch.setattr(route._api, "product", oom)
+    a, b = M(10, 14), M(14, 9)
+    with ob.enabled(engine="cpu", min_size=0), \
+            pytest.warns(ob.FallbackWarning, match="np.dot: out of memory: cannot allocate"):
+        r = np.dot(a, b)
+    assert np.array_equal(r, np.dot(a, b))
+    assert ob.stats()["reasons"]["fallback"] == {"np.dot: out of memory": 1}
