@@ -21,7 +21,9 @@
  * exact buffers (inputs read-only), valid only for the duration of the call.
  *
  * Error policy: the hook never lets a Python exception escape into NumPy. Any error in
- * the routed path is cleared, counted, and the original loop computes the result.
+ * the routed path is cleared, counted, and the original loop computes the result. The
+ * one exception: a warning raised as an error (the user's filters, e.g. -W error on a
+ * FallbackWarning) stays set after the original loop, and NumPy raises it.
  * A KeyboardInterrupt is re-delivered with PyErr_SetInterrupt() after the original
  * loop has produced a correct result, so Ctrl-C still works.
  */
@@ -123,6 +125,14 @@ call_router(char **args, npy_intp const *dims, npy_intp const *steps, int *inter
     goto done;
 
 fail:
+    if (et == NULL && PyErr_ExceptionMatches(PyExc_Warning)) {
+        /* A warning the user's filters turned into an error (-W error): counted on the
+         * Python side; keep it set so that NumPy raises it from the ufunc call once
+         * its own loop has computed the product. */
+        PyErr_Fetch(&et, &ev, &etb);
+        handled = 0;
+        goto done;
+    }
     BUMP(g_errors);
     if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
         *interrupted = 1;

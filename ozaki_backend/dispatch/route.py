@@ -169,6 +169,11 @@ def routed(cfg, a, b, entry, *, alpha=1.0, beta=0.0, c=None, out=None, fp_name="
             if out is not None:
                 out[...] = res  # a fresh result, then one copy: `out` may alias a or b
                 res = out
+    except Warning as exc:
+        # A warning the user's filters raise as an error (-W error): theirs to see.
+        a = b = c = out = None  # noqa: F841
+        traceback.clear_frames(exc.__traceback__)
+        raise
     except Exception as exc:
         # The operands may be views of NumPy's loop buffers (the loop hook), freed when
         # the loop returns: the traceback that a log record keeps must not leave them
@@ -224,6 +229,8 @@ def make_wrapper(original, impl, entry):
                 _pending.name = None
                 try:
                     res = impl(cfg, args, kwargs)
+                except Warning:   # raised as an error by the user's warning filters
+                    raise
                 except Exception as exc:  # a bug here must not cost the user a result
                     fallback(entry, exc)
                     res = NOT_ROUTED

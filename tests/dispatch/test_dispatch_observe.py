@@ -285,3 +285,24 @@ def test_out_of_memory_in_the_routed_path_warns_and_computes_natively(monkeypatc
         r = np.dot(a, b)
     assert np.array_equal(r, np.dot(a, b))
     assert ob.stats()["reasons"]["fallback"] == {"np.dot: out of memory": 1}
+
+
+def test_warning_filters_set_to_error_raise_from_every_entry_point():
+    from ozaki_backend.cuda import availability
+
+    if availability()[0]:
+        pytest.skip("a GPU is usable here: engine='cuda' would not fail")
+    import warnings
+
+    a, b = M(10, 14), M(14, 9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ob.FallbackWarning)
+        with ob.enabled(engine="cuda", min_size=0):
+            # `@` too: the C hook keeps the warning set and NumPy raises it.
+            for product in (lambda: a @ b, lambda: np.matmul(a, b), lambda: np.dot(a, b),
+                            lambda: ob.wrap(a) @ b):
+                with pytest.raises(ob.FallbackWarning, match="engine unavailable"):
+                    product()
+    s = ob.stats()
+    assert s["fallback"] == 4, s     # each counted once, no "error in the C hook"
+    assert all("engine unavailable" in k for k in s["reasons"]["fallback"])
