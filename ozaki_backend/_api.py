@@ -31,13 +31,13 @@ def matmul(a, b, *, precision="fp64", bits=None, moduli=None, mode="accurate",
         library with DLPack (PyTorch, JAX, ``array_api_strict`` ...) give an array of
         that library on their device: CPU arrays are computed by NumPy's engine,
         CUDA arrays by CuPy's (converted through DLPack, no copies where the library
-        allows); other devices raise :class:`TypeError`.
+        allows); other devices raise ``TypeError``.
     precision : {"fp64"}
         Target accuracy when neither ``bits`` nor ``moduli`` is given: per product, the
         fewest moduli whose error certificate meets the native-level target
         ``min(k - 1, 16) u (|A||B|)_ij`` (``docs/precision.md``); when 20 moduli do not,
         the exact residual pass, and when that misses too, the native float64 product
-        (counted in ``stats()`` and warned with :class:`NativeFallbackWarning`).
+        (counted in ``stats()`` and warned with ``NativeFallbackWarning``).
     bits : int, optional
         Keep at least this many bits of each row's (column's) largest element.
     moduli : int, optional
@@ -76,7 +76,7 @@ def matmul(a, b, *, precision="fp64", bits=None, moduli=None, mode="accurate",
         or on a device that is neither the CPU nor a CUDA GPU (the message names the
         type and the supported libraries).
     EngineUnavailableError
-        ``engine="cuda"`` where CuPy or a GPU is missing (a :class:`RuntimeError`
+        ``engine="cuda"`` where CuPy or a GPU is missing (a ``RuntimeError``
         whose message says how to install the CUDA extra).
 
     Notes
@@ -188,8 +188,8 @@ def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None,
 
 
 def _foreign_product(f, a, b, opts, *, out, alpha, beta, c, plan, fp_name, _bound_out):
-    """:func:`product` on arrays of another array library ``f``
-    (:class:`~ozaki_backend.semantics.Foreign`): converted to NumPy or CuPy where they
+    """``product`` on arrays of another array library ``f``
+    (``semantics.Foreign``): converted to NumPy or CuPy where they
     live, computed, and the result (and bound) converted back to ``f``'s library."""
     conv = [semantics.to_engine_array(f, x) for x in (a, b, c)]
     holder = [] if _bound_out is not None else None

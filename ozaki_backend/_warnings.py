@@ -1,8 +1,8 @@
-"""The warnings and errors the backend issues through Python's :mod:`warnings` machinery.
+"""The warnings and errors the backend issues through Python's ``warnings`` machinery.
 
 A product the backend was to compute but then computed natively because something
 failed (engine unavailable, out of memory, compile error, certificate miss) is never
-silent: it is counted in ``stats()`` and warned with :class:`FallbackWarning`, which
+silent: it is counted in ``stats()`` and warned with ``FallbackWarning``, which
 ``-W error``, ``pytest.warns`` and ``warnings.filterwarnings`` see like any other
 warning. The warning points at the first frame outside this package (the user's call),
 so the default filter shows it once per call site and message.
@@ -26,7 +26,7 @@ class FallbackWarning(RuntimeWarning):
 class NativeFallbackWarning(FallbackWarning):
     """A product's certificate could not meet the native-level target with up to 20
     moduli nor with the residual pass: the native float64 GEMM computed it (a
-    :class:`FallbackWarning`; the name is kept for code that filters it)."""
+    ``FallbackWarning``; the name is kept for code that filters it)."""
 
 
 class ConfigurationWarning(UserWarning):
@@ -49,19 +49,19 @@ def _outside_level() -> int:
 
 
 def warn_fallback(reason: str, category=FallbackWarning) -> None:
-    """Issue ``category`` (:class:`FallbackWarning` or a subclass) with ``reason``, at
+    """Issue ``category`` (``FallbackWarning`` or a subclass) with ``reason``, at
     the user's call site."""
     warnings.warn(f"ozaki_backend: product computed natively: {reason}",
                   category, stacklevel=_outside_level() + 1)
 
 
 def warn_native(reason: str) -> None:
-    """Issue :class:`NativeFallbackWarning` (a certificate miss) with ``reason``."""
+    """Issue ``NativeFallbackWarning`` (a certificate miss) with ``reason``."""
     warnings.warn(f"ozaki_backend: product computed natively: {reason}",
                   NativeFallbackWarning, stacklevel=_outside_level() + 1)
 
 
 def warn_config(message: str) -> None:
-    """Issue :class:`ConfigurationWarning` with ``message``, at the user's call site."""
+    """Issue ``ConfigurationWarning`` with ``message``, at the user's call site."""
     warnings.warn(f"ozaki_backend: {message}", ConfigurationWarning,
                   stacklevel=_outside_level() + 1)

@@ -19,11 +19,11 @@ C_ERROR = "@/np.matmul: error in the C hook"
 
 
 class Stats(dict):
-    """What :func:`stats` returns: the counters as a dict that prints as a table.
+    """What ``stats()`` returns: the counters as a dict that prints as a table.
 
-    ``print(stats())`` (and its ``repr``) is :func:`format_stats`'s table; indexing,
+    ``print(stats())`` (and its ``repr``) is ``format_stats()``'s table; indexing,
     iteration, ``json.dumps`` and comparisons are those of the plain dict, whose keys
-    :func:`stats` documents.
+    ``stats()`` documents.
 
     Attributes
     ----------
@@ -39,7 +39,7 @@ class Stats(dict):
         self.details = {} if details is None else details
 
     def as_dict(self) -> dict:
-        """The counters as a plain :class:`dict` (a copy; nested dicts are copied too)."""
+        """The counters as a plain ``dict`` (a copy; nested dicts are copied too)."""
         return {k: dict(v) if isinstance(v, dict) else v for k, v in self.items()}
 
     def __str__(self):
@@ -57,7 +57,7 @@ def stats() -> Stats:
     Returns
     -------
     Stats
-        A :class:`dict` (``stats().as_dict()`` gives a plain copy) that prints as a
+        A ``dict`` (``stats().as_dict()`` gives a plain copy) that prints as a
         table (``print(ozaki_backend.stats())``). Keys: ``routed``, ``native``, ``fallback``: product counts; ``reasons``: for each of
         those outcomes a ``{reason key: count}`` dict with short, stable keys (routed
         reasons name the engine; ``stats().details`` has the long text behind a key);
@@ -112,7 +112,7 @@ def reset_stats() -> None:
 
 
 def format_stats(s: dict | None = None) -> str:
-    """:func:`stats` as a human-readable table (what ``print(stats())`` shows)."""
+    """``stats()`` as a human-readable table (what ``print(stats())`` shows)."""
     s = stats() if s is None else s
     lines = [f"ozaki_backend stats: routed {s['routed']}, native {s['native']}, "
              f"fallback {s['fallback']}"]
