@@ -210,8 +210,13 @@ def _product_with_bound(a, b, opts, *, out, plan, fp_name):
     holder = []
     res = product(a, b, opts, out=out, plan=plan, fp_name=fp_name, _bound_out=holder)
     if f is not None:   # bound converted back with the result (or inf, computed natively)
-        bound = holder[0] if holder else semantics.from_engine_array(
-            f, np.full(tuple(res.shape), np.inf))
+        if holder:
+            bound = holder[0]
+        else:   # computed natively: no certificate; inf where the operands live
+            xp = np
+            if f.on_cuda:
+                import cupy as xp
+            bound = semantics.from_engine_array(f, xp.full(tuple(res.shape), np.inf))
         return res, bound
     if holder:
         bound = holder[0]

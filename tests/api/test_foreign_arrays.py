@@ -136,3 +136,54 @@ def test_torch_cuda_tensors_are_computed_on_the_gpu_and_stay_there():
     got = ob.matmul(a, b)
     assert isinstance(got, torch.Tensor) and got.is_cuda and got.device == a.device
     assert_same_bits(got.cpu().numpy(), ob.matmul(A, B, engine="cpu"))
+
+
+class _Namespace:
+    """A minimal array-API namespace for :class:`_Wrapped` (what the result needs)."""
+
+    @staticmethod
+    def from_dlpack(x, device=None):
+        return _Wrapped(x)
+
+    @staticmethod
+    def asarray(x, device=None):
+        return _Wrapped(x)
+
+
+class _Wrapped(_DLPackOnly):
+    """A foreign array type around a NumPy or CuPy array, with DLPack and a namespace."""
+
+    device = None
+
+    def __array_namespace__(self, api_version=None):
+        return _Namespace
+
+
+def test_cuda_operands_without_cupy_say_how_to_install():
+    from ozaki_backend.cuda import availability
+
+    if availability()[0]:
+        pytest.skip("CuPy and a GPU are usable here")
+
+    class OnCuda(_Wrapped):
+        def __dlpack_device__(self):
+            return (2, 0)   # kDLCUDA
+
+    with pytest.raises(ob.EngineUnavailableError, match=r"ozaki_backend\[cuda13\]"):
+        ob.matmul(OnCuda(M(4, 5)), OnCuda(M(5, 3)))
+
+
+def test_a_foreign_namespace_gets_its_result_through_its_from_dlpack():
+    A, B = M(12, 30), M(30, 8)
+    got = ob.matmul(_Wrapped(A), _Wrapped(B), engine="cpu")
+    assert type(got) is _Wrapped and isinstance(got._x, np.ndarray)
+    assert_same_bits(got._x, ob.matmul(A, B, engine="cpu"))
+
+
+@pytest.mark.gpu
+def test_cuda_operands_of_a_foreign_library_are_computed_on_their_gpu():
+    cupy = pytest.importorskip("cupy")
+    A, B = M(300, 200), M(200, 100)
+    got = ob.matmul(_Wrapped(cupy.asarray(A)), _Wrapped(cupy.asarray(B)))
+    assert type(got) is _Wrapped and isinstance(got._x, cupy.ndarray)
+    assert_same_bits(cupy.asnumpy(got._x), ob.matmul(A, B, engine="cpu"))
