@@ -52,6 +52,9 @@ def test_bound_comes_back_in_the_operands_library():
     assert type(bound) is type(got) is type(xp.asarray(A))
     assert_same_bits(to_numpy(got), want)
     assert_same_bits(to_numpy(bound), want_bound)
+    A[0, 0] = np.nan   # computed natively: no certificate, an infinite bound
+    got, bound = ob.matmul(xp.asarray(A), xp.asarray(B), return_bound=True)
+    assert type(bound) is type(got) and np.isinf(to_numpy(bound)).all()
 
 
 def test_a_foreign_operand_with_a_numpy_one_gives_the_foreign_type():
