@@ -156,6 +156,28 @@ def host_gflops_problem(raw) -> str | None:
             "the host rate is measured instead")
 
 
+def _int_list(n):
+    def check(raw):
+        parts = raw.split(",")
+        return len(parts) == n and all(p.strip().isdigit() and int(p) > 0 for p in parts)
+    return check
+
+
+#: The CUDA engine's tuning variables: variable -> (check of the stripped value, what
+#: it must be). Read by the engine at use; checked here so that a typo is reported.
+_CUDA_CHECKS = {
+    "OZAKI_BACKEND_CUDA_GEMM": (lambda v: v in ("batched", "loop"), "batched or loop"),
+    "OZAKI_BACKEND_CUDA_PATH": (lambda v: v in ("cublas", "wgmma", "wgmma:128", "wgmma:256"),
+                                "cublas, wgmma, wgmma:128 or wgmma:256"),
+    "OZAKI_BACKEND_CUDA_TILE": (_int_list(2), "two positive integers 'tm,tn'"),
+    "OZAKI_BACKEND_CUDA_COLBLOCK": (str.isdigit, "an integer >= 0"),
+    "OZAKI_BACKEND_CUDA_ROWBLOCK": (str.isdigit, "an integer >= 0"),
+    "OZAKI_BACKEND_CUDA_BK": (str.isdigit, "an integer >= 0"),
+    "OZAKI_BACKEND_CUDA_CLUSTER": (str.isdigit, "an integer >= 0"),
+    "OZAKI_BACKEND_PHASE22_ROWS": (str.isdigit, "an integer >= 0"),
+}
+
+
 def problems(environ=None) -> list:
     """What is wrong with the ``OZAKI_BACKEND*`` variables: a list of ``(variable,
     message)`` for unknown names (with a "did you mean" when one is close) and invalid
@@ -188,6 +210,11 @@ def problems(environ=None) -> list:
     gflops = host_gflops_problem(env.get("OZAKI_BACKEND_HOST_GFLOPS"))
     if gflops:
         out.append(("OZAKI_BACKEND_HOST_GFLOPS", gflops))
+    for name, (ok, what) in _CUDA_CHECKS.items():
+        raw = env.get(name)
+        if raw is not None and raw.strip() and not ok(raw.strip()):
+            out.append((name, f"{name}={raw!r} must be {what}; the CUDA engine will fail "
+                        "on it (products fall back to NumPy)"))
     return out
 
 

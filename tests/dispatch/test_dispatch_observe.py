@@ -227,6 +227,12 @@ def test_environment_problems_name_the_variable():
     assert "OZAKI_BACKEND_MODE='Quick'" in found["config"]
     assert set(found) == {"OZAKI_BACKEND_ENGIN", "OZAKI_BACKEND", "OZAKI_BACKEND_HOST_GFLOPS",
                           "OZAKI_BACKEND_LOG", "OZAKI_BACKEND_STATS", "config"}
+    cuda = dict(env.problems({"OZAKI_BACKEND_CUDA_GEMM": "batch", "OZAKI_BACKEND_CUDA_TILE": "64",
+                              "OZAKI_BACKEND_CUDA_BK": "x", "OZAKI_BACKEND_CUDA_PATH": "wgmma"}))
+    assert set(cuda) == {"OZAKI_BACKEND_CUDA_GEMM", "OZAKI_BACKEND_CUDA_TILE",
+                         "OZAKI_BACKEND_CUDA_BK"}
+    assert "OZAKI_BACKEND_CUDA_GEMM='batch' must be batched or loop" in \
+        cuda["OZAKI_BACKEND_CUDA_GEMM"]
     assert env.problems({"OZAKI_BACKEND": "ON", "OZAKI_BACKEND_ENGINE": "CPU",
                          "OZAKI_BACKEND_MODE": "Fast", "OZAKI_BACKEND_HOST_GFLOPS": "50"}) == []
     assert env.config_from_environ({"OZAKI_BACKEND_ENGINE": "CPU"}) == {"engine": "cpu"}
