@@ -23,8 +23,15 @@ one ``OZAKI_BACKEND_<KEY>`` per config key (``ENGINE``, ``PRECISION``, ``BITS``,
 ``MODULI``, ``MODE``, ``SCHEME``, ``RESIDUAL``, ``MIN_SIZE``; an empty value means
 unset), and ``OZAKI_BACKEND_LOG``, ``OZAKI_BACKEND_STATS``, ``OZAKI_BACKEND_HOST_GFLOPS``.
 
+A typo never stops the program: :func:`problems` lists unknown ``OZAKI_BACKEND_*``
+names (with a "did you mean" from :mod:`difflib`) and invalid values (the variable
+named, values compared case-insensitively), and :func:`report_problems` warns each
+once with ``ConfigurationWarning``; an invalid switch or config value leaves the
+backend off, an invalid ``_LOG`` / ``_STATS`` / ``_HOST_GFLOPS`` is ignored.
+``import ozaki_backend`` runs :func:`check_at_import` when any such variable is set.
+
 Above the library's layers: it validates with ``config``, enables with ``scopes`` and
-prints with ``observe``; ``_start`` and ``cli`` call it.
+prints with ``observe``; ``_start``, ``cli`` and the package's ``__init__`` call it.
 """
 
 from __future__ import annotations
