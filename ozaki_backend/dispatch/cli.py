@@ -29,7 +29,7 @@ DESCRIPTIONS = {"run": RUN_DESCRIPTION, "info": INFO_DESCRIPTION}
 _ENGINES = ("auto", "cpu", "cuda")
 #: ``run`` options that take a value (the program's own arguments start after them).
 _RUN_VALUE_OPTS = ("--engine", "--precision", "--bits", "--moduli", "--mode", "--scheme",
-                   "--min-size", "--log")
+                   "--min-size", "--workspace", "--log")
 
 
 def _min_size(text):
@@ -62,6 +62,8 @@ def add_run_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--min-size", type=_min_size, metavar="N|auto",
                     help="smallest m*n*k routed (0: every eligible product; auto: the "
                          "cost model decides)")
+    ap.add_argument("--workspace", metavar="SIZE",
+                    help="device workspace budget: bytes or a size like 16GiB")
     ap.add_argument("--stats", action="store_true",
                     help="print stats() to stderr when the program ends")
     ap.add_argument("--log", metavar="LEVEL",
@@ -160,7 +162,7 @@ def run(args, parser=None) -> int:
     if kind == "script" and not os.path.exists(target):
         return usage_error(f"can't open file {target!r}")
     over = {k: getattr(args, k) for k in ("engine", "precision", "bits", "moduli", "mode",
-                                          "scheme", "residual")
+                                          "scheme", "residual", "workspace")
             if getattr(args, k) is not None}
     if args.min_size is not None:
         over["min_size"] = None if args.min_size == "auto" else args.min_size
