@@ -311,14 +311,18 @@ class uncounted:
     __slots__ = ()
 
     def __enter__(self):
-        if _c_hook is not None:
-            _c_hook.backend_depth(1)
+        if _depth is not None:
+            _depth(1)
         return self
 
     def __exit__(self, *exc):
-        if _c_hook is not None:
-            _c_hook.backend_depth(-1)
+        if _depth is not None:
+            _depth(-1)
         return False
+
+
+# None with an extension built before backend_depth existed (rebuild it to count right).
+_depth = getattr(_c_hook, "backend_depth", None)
 
 
 def _publish():
