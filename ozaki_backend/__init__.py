@@ -13,7 +13,12 @@ plan(m, n, k, **options)
 enabled(**config), disabled(), enable(**config), disable()
     Route existing NumPy/SciPy code through the backend (see the dispatch guide).
 stats(), reset_stats(), explain(...)
-    What was routed and why.
+    What was routed and why (``print(stats())`` is a table).
+info()
+    Version, engines and their availability, configuration, hooks installed (a dict).
+FallbackWarning, NativeFallbackWarning, ConfigurationWarning, EngineUnavailableError
+    A product computed natively because something failed; an invalid
+    ``OZAKI_BACKEND*`` variable; ``engine="cuda"`` where it cannot run.
 wrap(x), unwrap(x)
     Per-array opt-in through NumPy's protocols.
 
@@ -25,14 +30,30 @@ Layers, bottom up (``docs/architecture.md``): ``spec`` (constants and rules) →
 from . import plan
 from ._api import matmul
 from ._version import __version__
-from ._warnings import NativeFallbackWarning
-from .dispatch import (disable, disabled, enable, enabled, explain, reset_stats, stats,
-                       unwrap, wrap)
+from ._warnings import (ConfigurationWarning, EngineUnavailableError, FallbackWarning,
+                        NativeFallbackWarning)
+from .dispatch import (disable, disabled, enable, enabled, explain, info, reset_stats,
+                       stats, unwrap, wrap)
 from .plan import Plan
 
-__all__ = ["matmul", "plan", "Plan", "NativeFallbackWarning", "__version__", "enabled",
-           "disabled", "enable", "disable", "stats", "reset_stats", "explain", "wrap",
-           "unwrap"]
+__all__ = ["matmul", "plan", "Plan", "FallbackWarning", "NativeFallbackWarning",
+           "ConfigurationWarning", "EngineUnavailableError", "__version__", "enabled",
+           "disabled", "enable", "disable", "stats", "reset_stats", "explain", "info",
+           "wrap", "unwrap"]
+
+
+def _check_environment():
+    # Only when some OZAKI_BACKEND* variable is set (nothing is imported otherwise):
+    # report unknown names and invalid values, and honour OZAKI_BACKEND_LOG.
+    import os
+
+    if any(k.startswith("OZAKI_BACKEND") for k in os.environ):
+        from .dispatch import env
+
+        env.check_at_import()
+
+
+_check_environment()
 
 
 def __getattr__(name):

@@ -1,43 +1,86 @@
-"""Command line: ``python -m ozaki_backend {demo,bench,info,run,tune}``.
+"""Command line: ``python -m ozaki_backend {demo,bench,info,run,tune}`` (also installed
+as ``ozaki-backend``).
 
-Each sub-command lives in the module that owns its subject; this file only routes.
+One :mod:`argparse` parser with a sub-command each; every sub-command's options are
+defined in the module that owns its subject (``add_arguments``) and run there
+(``run``); this file only assembles them. ``--version`` prints the version; no command
+or an unknown one prints the usage and exits with status 2.
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import sys
 
-USAGE = """usage: python -m ozaki_backend COMMAND [ARGS]
+#: name -> (module, options function, run function, one-line help)
+COMMANDS = {
+    "demo": ("ozaki_backend.demo", "add_arguments", "run",
+             "multiply a few real-sized matrices: engine, moduli, error and time vs NumPy"),
+    "bench": ("ozaki_backend.bench", "add_arguments", "run",
+              "GPU benchmark table (native DGEMM vs emulation, phases, accuracy)"),
+    "info": ("ozaki_backend.dispatch.cli", "add_info_arguments", "info",
+             "GPU, CuPy, thresholds, moduli table and what is intercepted (--json: "
+             "ozaki_backend.info())"),
+    "run": ("ozaki_backend.dispatch.cli", "add_run_arguments", "run",
+            "run a script, -m module or -c code with the backend enabled"),
+    "tune": ("ozaki_backend.tune", "add_arguments", "run",
+             "measure the fastest GEMM path per shape on this GPU (written to the user "
+             "cache)"),
+}
 
-commands:
-  demo        multiply a few real-sized matrices; engine, moduli, error and time vs NumPy
-  bench       GPU benchmark table (native DGEMM vs emulation, phases, accuracy)
-  info        GPU, CuPy, thresholds, moduli table and what is intercepted
-  run         run a script / -m module / -c code with the backend enabled
-  tune        measure the fastest GEMM path (cuBLAS or fused kernel) per shape on this GPU
-"""
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m ozaki_backend`` parser with every sub-command."""
+    from ._version import __version__
+
+    ap = argparse.ArgumentParser(
+        prog="python -m ozaki_backend",
+        description="FP64 matrix products from INT8 tensor cores (Ozaki scheme II + CRT).")
+    ap.add_argument("--version", action="version", version=f"ozaki_backend {__version__}")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                            title="commands")
+    for name, (module, add, _run, text) in COMMANDS.items():
+        mod = importlib.import_module(module)
+        doc = (mod.__doc__ or "").strip().split("\n\n")[0]
+        description = getattr(mod, "DESCRIPTIONS", {}).get(name) or \
+            doc.split(": ", 1)[-1].replace("``", "")
+        p = sub.add_parser(name, help=text, description=description)
+        if name == "run":
+            p.usage = ("python -m ozaki_backend run [options] (script.py | -m MODULE | "
+                       "-c CODE) [args ...]")
+        getattr(mod, add)(p)
+        p.set_defaults(_parser=p)
+    return ap
 
 
 def main(argv=None) -> int:
+    """Parse ``argv`` (``sys.argv[1:]`` by default) and run the sub-command.
+
+    Returns
+    -------
+    int
+        The sub-command's exit status (``run``: the program's); 2 for a usage error
+        (argparse exits with it).
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help", "help"):
-        print(USAGE)
-        return 0
-    cmd, rest = argv[0], argv[1:]
-    if cmd == "demo":
-        from .demo import main as run
-    elif cmd == "bench":
-        from .bench import main as run
-    elif cmd == "info":
-        from .dispatch.cli import info_main as run
-    elif cmd == "run":
-        from .dispatch.cli import run_main as run
-    elif cmd == "tune":
-        from .tune import main as run
-    else:
-        print(f"unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
-        return 2
-    return run(rest) or 0
+    program_args = []
+    if argv and argv[0] == "run":
+        # The program's own arguments are not run's: split them off before parsing.
+        from .dispatch.cli import split_run_argv
+
+        own, program_args = split_run_argv(argv[1:])
+        argv = ["run"] + own
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    module, _add, run, _text = COMMANDS[args.command]
+    fn = getattr(importlib.import_module(module), run)
+    if args.command == "run":
+        args.program_args = program_args
+        return fn(args, args._parser) or 0
+    if args.command == "bench":
+        return fn(args, argv[1:]) or 0
+    return fn(args) or 0
 
 
 if __name__ == "__main__":

@@ -28,13 +28,17 @@ def matmul(a, b, *, precision="fp64", bits=None, moduli=None, mode="accurate",
     ----------
     a, b : array_like
         Operands. NumPy arrays give a NumPy result; CuPy arrays give a CuPy result
-        computed on their device with no host copies.
+        computed on their device with no host copies. Arrays of any other array-API
+        library with DLPack (PyTorch, JAX, ``array_api_strict`` ...) give an array of
+        that library on their device: CPU arrays are computed by NumPy's engine,
+        CUDA arrays by CuPy's (converted through DLPack, no copies where the library
+        allows); other devices raise ``TypeError``.
     precision : {"fp64"}
         Target accuracy when neither ``bits`` nor ``moduli`` is given: per product, the
         fewest moduli whose error certificate meets the native-level target
         ``min(k - 1, 16) u (|A||B|)_ij`` (``docs/precision.md``); when 20 moduli do not,
         the exact residual pass, and when that misses too, the native float64 product
-        (counted in ``stats()`` and warned with :class:`NativeFallbackWarning`).
+        (counted in ``stats()`` and warned with ``NativeFallbackWarning``).
     bits : int, optional
         Keep at least this many bits of each row's (column's) largest element.
     moduli : int, optional
@@ -73,6 +77,13 @@ def matmul(a, b, *, precision="fp64", bits=None, moduli=None, mode="accurate",
     FloatingPointError
         Under ``np.errstate(over="raise")``, when finite operands give an infinite
         element, as NumPy's own ``matmul`` does (``"warn"`` warns, and so on).
+    TypeError
+        For operands of an unsupported array type, of two different array libraries,
+        or on a device that is neither the CPU nor a CUDA GPU (the message names the
+        type and the supported libraries).
+    EngineUnavailableError
+        ``engine="cuda"`` where CuPy or a GPU is missing (a ``RuntimeError``
+        whose message says how to install the CUDA extra).
 
     Notes
     -----
@@ -133,6 +144,10 @@ def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None,
         with workspace_limit(opts.pop("workspace")):
             return product(a, b, opts, out=out, alpha=alpha, beta=beta, c=c, plan=plan,
                            fp_name=fp_name, overflowed=overflowed, _bound_out=_bound_out)
+    f = semantics.foreign(a, b, out, c)
+    if f is not None:
+        return _foreign_product(f, a, b, opts, out=out, alpha=alpha, beta=beta, c=c,
+                                plan=plan, fp_name=fp_name, _bound_out=_bound_out)
     if c is None and beta != 0:
         semantics.check_c(beta, c, ())   # raises: alpha A B + beta C needs C
     xp = semantics.namespace(a, b)
@@ -184,10 +199,37 @@ def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None,
     return semantics.deliver(res, out, ms.shape, direct=direct)
 
 
+def _foreign_product(f, a, b, opts, *, out, alpha, beta, c, plan, fp_name, _bound_out):
+    """``product`` on arrays of another array library ``f``
+    (``semantics.Foreign``): converted to NumPy or CuPy where they
+    live, computed, and the result (and bound) converted back to ``f``'s library."""
+    conv = [semantics.to_engine_array(f, x) for x in (a, b, c)]
+    holder = [] if _bound_out is not None else None
+    res = product(conv[0], conv[1], opts, alpha=alpha, beta=beta, c=conv[2], plan=plan,
+                  fp_name=fp_name, _bound_out=holder)
+    if holder:
+        _bound_out.append(semantics.from_engine_array(f, holder[0]))
+    res = semantics.from_engine_array(f, res)
+    if out is None:
+        return res
+    out[...] = res   # the library's own assignment rules (dtype, shape) apply
+    return out
+
+
 def _product_with_bound(a, b, opts, *, out, plan, fp_name):
     """:func:`product` with ``return_bound``: ``(result, bound)``."""
+    f = semantics.foreign(a, b, out)
     holder = []
     res = product(a, b, opts, out=out, plan=plan, fp_name=fp_name, _bound_out=holder)
+    if f is not None:   # bound converted back with the result (or inf, computed natively)
+        if holder:
+            bound = holder[0]
+        else:   # computed natively: no certificate; inf where the operands live
+            xp = np
+            if f.on_cuda:
+                import cupy as xp
+            bound = semantics.from_engine_array(f, xp.full(tuple(res.shape), np.inf))
+        return res, bound
     if holder:
         bound = holder[0]
     else:   # computed by the array library itself: no certificate

@@ -25,6 +25,9 @@ DEFAULTS = {
 
 
 def _choice(name, value, choices):
+    # One rule for case everywhere (arguments, scopes, environment): "CPU" is "cpu".
+    if isinstance(value, str):
+        value = value.strip().lower()
     if not isinstance(value, str) or value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
     return value

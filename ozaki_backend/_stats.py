@@ -16,14 +16,33 @@ _bytes: Counter = Counter()       # direction -> bytes moved host<->device
 _seconds: Counter = Counter()     # outcome -> seconds spent
 _moduli: Counter = Counter()      # moduli count -> 2-D Ozaki-II products computed with it
 _certificate: Counter = Counter()  # outcome -> 2-D Ozaki-II products
+_details: dict = {}               # (outcome, reason) -> the latest long explanation
 _symmetric: Counter = Counter()   # "products", "work", "general_work" (multiply-adds)
 _last = threading.local()         # this thread's last moduli count
 
 
-def record(outcome: str, reason: str, *, seconds: float = 0.0, **bytes_moved) -> None:
-    """Count one call. ``outcome`` is "routed" or "native"; ``reason`` says why."""
+def reason_key(reason: str) -> str:
+    """The short, stable key a native reason is counted under: its text before the
+    first parenthesis (``"below min_size (m*n*k < 1000)"`` -> ``"below min_size"``), so
+    that keys do not vary with numbers or environment details."""
+    return reason.split(" (", 1)[0]
+
+
+def record(outcome: str, reason: str, *, seconds: float = 0.0, detail: str | None = None,
+           **bytes_moved) -> None:
+    """Count one product. ``outcome`` is "routed", "native" or "fallback"; ``reason``
+    says why: a native reason is counted under :func:`reason_key` of it, with the full
+    text as its detail; ``detail`` is the long text otherwise (the latest one is kept
+    per key, :func:`details`)."""
+    if outcome == "native":
+        key = reason_key(reason)
+        if key != reason and detail is None:
+            detail = reason
+        reason = key
     with _lock:
         _counts[(outcome, reason)] += 1
+        if detail is not None:
+            _details[(outcome, reason)] = detail
         _seconds[outcome] += seconds
         for k, v in bytes_moved.items():
             _bytes[k] += int(v)
@@ -42,6 +61,12 @@ def record_certificate(outcome: str) -> None:
     ``"uncertified"``, ``"residual pass"``, ``"native fallback"``)."""
     with _lock:
         _certificate[outcome] += 1
+
+
+def details() -> dict:
+    """``{(outcome, reason): latest long text}`` for the keys recorded with a detail."""
+    with _lock:
+        return dict(_details)
 
 
 def record_symmetric(work: int, general_work: int) -> None:
@@ -77,6 +102,7 @@ def snapshot() -> dict:
 def reset() -> None:
     with _lock:
         _counts.clear()
+        _details.clear()
         _bytes.clear()
         _seconds.clear()
         _moduli.clear()

@@ -50,26 +50,60 @@ import numpy as np
 
 from . import provenance
 from .provenance import median_device_time, median_wall_time
+from .shapes import HEADER as SHAPE_HEADER
+from .shapes import HELP as SHAPES_HELP
+from .shapes import format_shape, parse_shape
 from .testing import sampled_rows_error, sampled_rows_reference
 
 DEFAULT_SIZES = (2048, 4096, 8192, 16384)
+#: Extra shapes ``(m, k, n)`` (this module's order; the command line's is m,n,k).
 DEFAULT_SHAPES = ((4096, 65536, 4096), (16384, 1024, 16384))
+_DEFAULT_SHAPES_TEXT = ";".join(format_shape(m, n, k) for m, k, n in DEFAULT_SHAPES)
+
+
+def _shapes_mkn(text):
+    """``[(m, k, n), ...]`` from ``--shapes`` (shapes separated by ';' or spaces)."""
+    out = []
+    for part in text.replace(";", " ").split():
+        m, n, k = parse_shape(part)
+        out.append((m, k, n))
+    return out
+
+
+def _checked_shapes(text):
+    """``--shapes`` as given, after checking that every shape parses (argparse type)."""
+    _shapes_mkn(text)
+    return text
+
+
 DEFAULT_MODULI = (12, 14, 15, 16, 17)
 
 
 def _parse(argv):
     ap = argparse.ArgumentParser(prog="python -m ozaki_backend bench",
                                  description=__doc__.split("\n\n")[0])
+    add_arguments(ap)
+    return _finish(ap.parse_args(argv))
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The ``bench`` options (shared by :func:`main` and ``python -m ozaki_backend``)."""
     ap.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)),
                     help="square sizes n, comma separated (default %(default)s)")
-    ap.add_argument("--shapes", default=";".join("x".join(map(str, s)) for s in DEFAULT_SHAPES),
-                    help="extra shapes MxKxN separated by ';' ('' for none; default %(default)s)")
+    ap.add_argument("--shapes", default=_DEFAULT_SHAPES_TEXT, type=_checked_shapes,
+                    help=f"extra {SHAPES_HELP}, separated by ';' ('' for none; default "
+                         "%(default)s)")
     ap.add_argument("--moduli", default=",".join(map(str, DEFAULT_MODULI)),
                     help="moduli counts to time besides the fp64 and bits=34 plans")
-    ap.add_argument("--modes", default="fast,accurate")
-    ap.add_argument("--phis", default="-1,0.5,1", help="test-matrix phi values")
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--err-rows", type=int, default=32)
+    ap.add_argument("--modes", default="fast,accurate",
+                    help="scaling modes to time, comma separated (default %(default)s)")
+    ap.add_argument("--phis", default="-1,0.5,1",
+                    help="test-matrix phi values, comma separated; < 0: standard normal "
+                         "(default %(default)s)")
+    ap.add_argument("--reps", type=int, default=3,
+                    help="timed runs per product, median after a warm-up (default 3)")
+    ap.add_argument("--err-rows", type=int, default=32,
+                    help="rows of the double-double reference for the errors (default 32)")
     ap.add_argument("--numpy-max", type=int, default=8192 * 8192,
                     help="largest m*n for the NumPy in/out comparison (0: none)")
     ap.add_argument("--host-numpy-max", type=int, default=8192 * 8192,
@@ -84,15 +118,19 @@ def _parse(argv):
     ap.add_argument("--machine-name", default=None,
                     help="short human name of the machine for the JSON file (goes on the "
                          "docs' plots; default: '<GPU> (<host name>)')")
-    args = ap.parse_args(argv)
+
+
+def _finish(args):
+    """Apply ``--quick`` to the defaults the user did not change."""
     if args.quick:
         if args.sizes == ",".join(map(str, DEFAULT_SIZES)):
             args.sizes = "2048,4096"
-        if args.shapes == ";".join("x".join(map(str, s)) for s in DEFAULT_SHAPES):
-            args.shapes = "1024x16384x1024"
+        if args.shapes == _DEFAULT_SHAPES_TEXT:
+            args.shapes = format_shape(1024, 1024, 16384)
         if args.moduli == ",".join(map(str, DEFAULT_MODULI)):
             args.moduli = ""
         args.reps = min(args.reps, 2)
+    args._finished = True
     return args
 
 
@@ -266,12 +304,13 @@ def _table(report):
     lines.append(f"ozaki_backend bench  {report['date']}  {report['device']} "
                  f"(sm_{report['compute_capability']}), CuPy {report['cupy']}")
     phis = report["phis"]
-    head = (f"{'shape m x k x n':>22s} {'config':>22s} {'TFLOPS':>7s} {'xnat':>5s} "
+    head = (f"{'shape ' + SHAPE_HEADER:>22s} {'config':>22s} {'TFLOPS':>7s} {'xnat':>5s} "
             + " ".join(f"{'err phi=' + str(p):>12s}" for p in phis)
             + f" {'scal':>6s} {'res':>6s} {'gemm':>7s} {'crt':>6s} (ms)")
     lines.append(head)
     for r in report["results"]:
-        shp = "x".join(map(str, r["shape"]))
+        m, k, n = r["shape"]
+        shp = format_shape(m, n, k)
         nat = r["native"]
         lines.append(f"{shp:>22s} {'native DGEMM':>22s} {nat['tflops']:7.1f} {1.0:5.2f} "
                      + " ".join(f"{nat['max_rel_err'][str(p)]:12.1e}" for p in phis))
@@ -388,12 +427,18 @@ def _write(path, doc):
 def main(argv=None) -> int:
     """Run the benchmark; print the table last; optionally write JSON."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parse(argv)
+    return run(_parse(argv), argv)
+
+
+def run(args, argv=()) -> int:
+    """Run ``bench`` with parsed arguments (``argv``: as given, for the JSON's command)."""
+    args = _finish(args) if not getattr(args, "_finished", False) else args
+    args._finished = True
     from .cuda import availability
 
     ok, why = availability()
     if not ok:
-        print(f"bench needs a GPU: {why}", file=sys.stderr)
+        print(f"ozaki_backend bench: error: needs a GPU: {why}", file=sys.stderr)
         return 1
     import cupy as cp
 
@@ -410,14 +455,14 @@ def main(argv=None) -> int:
     command = "python -m ozaki_backend bench " + shlex.join(argv)
     commit = provenance.commit() if args.json else None
     shapes = [(n, n, n) for n in (int(x) for x in args.sizes.split(",") if x)]
-    shapes += [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(";") if s]
+    shapes += _shapes_mkn(args.shapes)
 
     def log(msg):
         print(msg, flush=True)
 
     report["phase22"] = []
     for (m, k, n) in shapes:
-        log(f"shape {m} x {k} x {n}")
+        log(f"shape {SHAPE_HEADER} = {format_shape(m, n, k)}")
         report["results"].append(_bench_shape(cp, m, k, n, args, log))
         cp.get_default_memory_pool().free_all_blocks()
         if args.json:  # keep partial results if a later shape dies

@@ -8,6 +8,7 @@ reference next to native float64's, and the time next to NumPy's.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numpy as np
@@ -15,6 +16,9 @@ import numpy as np
 from . import plan as make_plan
 from . import registry
 from ._api import matmul
+from ._warnings import EngineUnavailableError
+from .shapes import HEADER as SHAPE_HEADER
+from .shapes import format_shape
 
 CASES = (
     # (label, m, k, n, phi)
@@ -34,14 +38,30 @@ def _time(fn, repeat):
     return out, best
 
 
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The ``demo`` options (shared by :func:`main` and ``python -m ozaki_backend``)."""
+    ap.add_argument("--engine", default="auto", type=str.lower, choices=("auto", "cpu", "cuda"),
+                    help="engine to compute with (default auto: the GPU when CuPy and a "
+                         "device are usable, else the CPU reference engine)")
+    ap.add_argument("--small", action="store_true", help="quarter-size matrices (quick)")
+    ap.add_argument("--repeat", type=int, default=1, help="timing repeats (best of)")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ozaki_backend demo",
                                  description=__doc__.splitlines()[0])
-    ap.add_argument("--engine", default="auto", choices=("auto", "cpu", "cuda"))
-    ap.add_argument("--small", action="store_true", help="quarter-size matrices (quick)")
-    ap.add_argument("--repeat", type=int, default=1, help="timing repeats (best of)")
-    args = ap.parse_args(argv)
+    add_arguments(ap)
+    return run(ap.parse_args(argv))
 
+
+def run(args) -> int:
+    """Run the demo with parsed arguments; returns the exit status."""
+    if args.engine == "cuda":
+        try:
+            registry.get("cuda")
+        except EngineUnavailableError as exc:
+            print(f"ozaki_backend demo: error: {exc}", file=sys.stderr)
+            return 1
     from .testing import exact_matmul, max_relative_error, phi_matrix
 
     engine, why = registry.resolve_name(args.engine)
@@ -51,7 +71,7 @@ def main(argv=None) -> int:
               " but slower than BLAS.")
     print()
     rng = np.random.default_rng(2026)
-    hdr = (f"{'case':24} {'shape (m x k x n)':>18} {'moduli':>6} {'max rel err':>11} "
+    hdr = (f"{'case':24} {'shape ' + SHAPE_HEADER:>18} {'moduli':>6} {'max rel err':>11} "
            f"{'native err':>10} {'time':>8} {'numpy':>8}")
     print(hdr)
     print("-" * len(hdr))
@@ -67,7 +87,7 @@ def main(argv=None) -> int:
         E = exact_matmul(A, B)
         err = max_relative_error(C, E)
         err_np = max_relative_error(C_np, E)
-        print(f"{label:24} {f'{m}x{k}x{n}':>18} {p.moduli_for(A, B):>6} {err:>11.2e} "
+        print(f"{label:24} {format_shape(m, n, k):>18} {p.moduli_for(A, B):>6} {err:>11.2e} "
               f"{err_np:>10.2e} {t_emu:>7.3f}s {t_np:>7.3f}s")
     print()
     print("max rel err: max over elements of |C - exact| / |exact| (exact: "

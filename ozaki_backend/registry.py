@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._warnings import EngineUnavailableError
 from .engine import Engine
 from .reference.engine import ENGINE as CPU
 from .semantics import is_cupy
@@ -33,16 +34,21 @@ def get(name: str) -> Engine:
     ------
     ValueError
         For another name.
-    RuntimeError
-        ``"cuda"`` when CuPy is not importable (the message says why).
+    EngineUnavailableError
+        ``"cuda"`` when CuPy is not importable or no device is usable (a
+        :class:`RuntimeError`; the message says why and how to install the extra).
     """
     if name == "cpu":
         return CPU
     if name == "cuda":
         ok, why = cuda_availability()
-        if not ok and why.startswith("CuPy is not importable"):
-            raise RuntimeError(f"engine='cuda' needs CuPy: {why}; install the extra "
-                               "ozaki_backend[cuda13] (or [cuda12]), or use engine='cpu'")
+        if not ok:
+            hint = ("install the CUDA extra: pip install 'ozaki_backend[cuda13]' (CUDA 13) "
+                    "or 'ozaki_backend[cuda12]' (CUDA 12)"
+                    if why.startswith("CuPy is not importable") else
+                    "the CUDA engine needs an NVIDIA GPU with a working driver")
+            raise EngineUnavailableError(f"engine='cuda' is unavailable: {why}; {hint}; "
+                                         "or use engine='cpu'")
         from .cuda.engine import ENGINE as CUDA
 
         return CUDA

@@ -94,6 +94,131 @@ def namespace(a, b):
     return None
 
 
+# --------------------------------------------------------------------------- foreign arrays
+#: The array libraries the engines compute on; any other array-API library's arrays
+#: are converted to one of them (where they live) and the result converted back.
+ENGINE_LIBRARIES = "NumPy (CPU) and CuPy (CUDA)"
+_DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
+
+
+class Foreign(NamedTuple):
+    """Operands of another array library: how to convert them in and the result out.
+
+    Attributes
+    ----------
+    xp : module
+        The operands' array-API namespace (``array_api_strict``, torch's, JAX's ...).
+    type_name : str
+        The operands' type, for messages.
+    on_cuda : bool
+        The operands live on a CUDA device: they are converted to CuPy (zero copy
+        through DLPack) and the product is computed there; else to NumPy.
+    device : object
+        The operands' device (``x.device``), where the result is put back.
+    """
+
+    xp: object
+    type_name: str
+    on_cuda: bool
+    device: object
+
+
+def _type_name(x) -> str:
+    t = type(x)
+    return f"{t.__module__}.{t.__qualname__}"
+
+
+def _is_foreign(x) -> bool:
+    """Whether ``x`` is an array of a library other than NumPy and CuPy (it has the
+    array-API or DLPack protocol and is not a NumPy or CuPy array or scalar)."""
+    if x is None or isinstance(x, (np.ndarray, np.generic)) or is_cupy(x):
+        return False
+    return hasattr(x, "__array_namespace__") or hasattr(x, "__dlpack__")
+
+
+def foreign(*xs) -> Foreign | None:
+    """The :class:`Foreign` description of the arrays among ``xs`` that belong to
+    another array library, or None when there are none (NumPy, CuPy, lists, scalars).
+
+    Raises
+    ------
+    TypeError
+        For arrays of two different foreign libraries, arrays on a device that is
+        neither the CPU nor a CUDA GPU, or an array without a usable namespace; the
+        message names the type and the supported libraries.
+    """
+    found = [x for x in xs if _is_foreign(x)]
+    if not found:
+        return None
+    x = found[0]
+    names = {_type_name(y) for y in found}
+    if len(names) > 1:
+        raise TypeError(f"ozaki_backend: operands of different array libraries "
+                        f"({', '.join(sorted(names))}); give arrays of one library")
+    xp = _foreign_namespace(x)
+    if xp is None or not hasattr(x, "__dlpack__"):
+        raise TypeError(f"ozaki_backend: unsupported array type {_type_name(x)} (no "
+                        f"array-API namespace with DLPack); supported: {ENGINE_LIBRARIES} "
+                        "arrays, and arrays of any array-API library with DLPack on the "
+                        "CPU or a CUDA GPU")
+    try:
+        kind = int(x.__dlpack_device__()[0])
+    except Exception:  # noqa: BLE001 - no DLPack device: say so below
+        kind = None
+    if kind not in (_DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED):
+        raise TypeError(f"ozaki_backend: {_type_name(x)} on a device of DLPack type "
+                        f"{kind}: the engines compute on the CPU (NumPy) or a CUDA GPU "
+                        f"(CuPy); move the operands to one of them")
+    return Foreign(xp, _type_name(x), kind == _DL_CUDA, getattr(x, "device", None))
+
+
+def _foreign_namespace(x):
+    try:
+        from array_api_compat import array_namespace
+
+        return array_namespace(x)
+    except Exception:  # noqa: BLE001 - not known to array_api_compat: the protocol
+        get = getattr(x, "__array_namespace__", None)
+        return get() if get is not None else None
+
+
+def to_engine_array(f: Foreign, x):
+    """``x`` (an array of ``f``'s library, or anything NumPy converts) as a NumPy or
+    CuPy array: through DLPack (no copy where the library allows it)."""
+    if x is None or not _is_foreign(x):
+        return x
+    if f.on_cuda:
+        try:
+            cupy = _cupy()
+        except ImportError as exc:
+            from ._warnings import EngineUnavailableError
+
+            raise EngineUnavailableError(
+                f"{f.type_name} operands on a CUDA device need CuPy ({exc}); install the "
+                "CUDA extra: pip install 'ozaki_backend[cuda13]' (or [cuda12])") from None
+        return cupy.from_dlpack(x)
+    try:
+        return np.from_dlpack(x)
+    except (BufferError, TypeError, RuntimeError):
+        # e.g. a tensor that requires grad or is read-only for DLPack: an explicit copy
+        return np.asarray(x)
+
+
+def from_engine_array(f: Foreign, res):
+    """A NumPy or CuPy result as an array of ``f``'s library, on the operands' device."""
+    if isinstance(res, np.generic) or not hasattr(res, "__dlpack__"):
+        res = np.asarray(res)   # NumPy's scalar result of vector @ vector: 0-d
+    try:
+        if f.device is not None:
+            try:
+                return f.xp.from_dlpack(res, device=f.device)
+            except TypeError:  # a namespace without the 2023.12 `device` keyword
+                pass
+        return f.xp.from_dlpack(res)
+    except (BufferError, TypeError, RuntimeError, AttributeError):
+        return f.xp.asarray(res) if f.device is None else f.xp.asarray(res, device=f.device)
+
+
 def data_pointer(x):
     """The address of ``x``'s first element: a NumPy array's (``__array_interface__``)
     or a CuPy array's (``x.data.ptr``), None for anything else."""

@@ -1,9 +1,11 @@
 """``python -m ozaki_backend tune``: measure which GEMM path is fastest on this GPU.
 
 Times the whole CUDA product per shape along the cuBLAS path and the fused Hopper
-kernel (both tile widths), checks that all give the same bits, and writes the winners
-into the tuning table the engine reads (:mod:`ozaki_backend.cuda.tuning`): the
-package's ``_data/gemm_tuning.json`` by default, or ``--output FILE``.
+kernel (both tile widths), checks that all give the same bits, and merges the winners
+into a tuning table: the user's cache (``$XDG_CACHE_HOME/ozaki_backend/gemm_tuning.json``,
+by default ``~/.cache/ozaki_backend/gemm_tuning.json``), which the engine reads on top
+of the table shipped with the package (:mod:`ozaki_backend.cuda.tuning`); or
+``--output FILE``; or, with ``--install``, the package's own table.
 """
 
 from __future__ import annotations
@@ -11,9 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 
 import numpy as np
+
+from .shapes import HELP as SHAPES_HELP
+from .shapes import format_shape, parse_shape
 
 #: Format of the table file (``ozaki_backend/_data/gemm_tuning.json``).
 SCHEMA = "ozaki_backend-tuning/1"
@@ -25,12 +31,9 @@ DEFAULT_SHAPES = ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
 
 
 def _shape(text):
-    parts = [int(v) for v in text.lower().split("x")]
-    if len(parts) == 1:
-        parts *= 3
-    if len(parts) != 3 or min(parts) < 1:
-        raise argparse.ArgumentTypeError(f"shape must be N or MxKxN, got {text!r}")
-    return tuple(parts)
+    """``(m, k, n)`` (this module's order) from a shape in the CLI's ``M,N,K`` form."""
+    m, n, k = parse_shape(text)
+    return m, k, n
 
 
 def _time_shape(rng, m, k, n, variants, n_moduli, mode, repeats):
@@ -113,7 +116,7 @@ def measure(shapes=DEFAULT_SHAPES, *, n_moduli=15, mode="fast", repeats=5, log=p
             if width:
                 e["width"] = int(width)
             entries.append(e)
-            log(f"{m}x{k}x{n}: " + ", ".join(f"{kk} {v * 1e3:.2f} ms" for kk, v in secs.items())
+            log(f"{format_shape(m, n, k)}: " + ", ".join(f"{kk} {v * 1e3:.2f} ms" for kk, v in secs.items())
                 + f" -> {best}")
             cupy.get_default_memory_pool().free_all_blocks()
     finally:
@@ -127,15 +130,18 @@ def measure(shapes=DEFAULT_SHAPES, *, n_moduli=15, mode="fast", repeats=5, log=p
 
 
 def write_table(name, record, path=None):
-    """Merge one device's record into the table file (the package's by default).
+    """Merge one device's record into a table file: ``path``, by default the user's
+    cache (:func:`ozaki_backend.cuda.tuning_files.user_table_path`), which the engine reads on
+    top of the package's table.
 
     The engine's cached copy of the table is dropped, so the next product reads the
     new one. Returns the path written.
     """
-    from .cuda import tuning
+    from .cuda import tuning_files
 
     if path is None:
-        path = tuning.table_path()
+        path = tuning_files.user_table_path()
+    os.makedirs(os.path.dirname(os.path.abspath(str(path))), exist_ok=True)
     try:
         table = json.loads(open(path).read())
     except (FileNotFoundError, ValueError):
@@ -144,33 +150,58 @@ def write_table(name, record, path=None):
     with open(path, "w") as f:
         json.dump(table, f, indent=1, sort_keys=True)
         f.write("\n")
-    tuning.clear_cache()
+    if "cupy" in sys.modules:  # the engine may have read the old table: drop its copy
+        from .cuda import tuning
+
+        tuning.clear_cache()
     return path
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ozaki_backend tune", description=__doc__)
-    ap.add_argument("--shapes", type=_shape, nargs="+", default=None,
-                    help="products to time, N or MxKxN (default: 1024 ... 16384, two "
-                         "skinny shapes)")
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The ``tune`` options (shared by :func:`main` and ``python -m ozaki_backend``)."""
+    ap.add_argument("--shapes", type=_shape, nargs="+", default=None, metavar="SHAPE",
+                    help=SHAPES_HELP + " (default: cubes 1024 to 16384 and two skinny "
+                         "shapes)")
     ap.add_argument("--moduli", type=int, default=15, help="moduli count (default 15)")
-    ap.add_argument("--mode", choices=("fast", "accurate"), default="fast")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--output", default=None,
-                    help="table file to merge into (default: the package's table)")
+    ap.add_argument("--mode", type=str.lower, choices=("fast", "accurate"), default="fast",
+                    help="scaling mode of the timed products (default fast)")
+    ap.add_argument("--repeats", type=int, default=5,
+                    help="timed runs per variant, median after a warm-up (default 5)")
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--output", metavar="FILE", default=None,
+                       help="table file to merge into (default: the user cache, "
+                            "$XDG_CACHE_HOME/ozaki_backend/gemm_tuning.json)")
+    where.add_argument("--install", action="store_true",
+                       help="merge into the installed package's own table instead")
     ap.add_argument("--dry-run", action="store_true", help="measure and print only")
-    args = ap.parse_args(argv)
+
+
+def run(args) -> int:
+    """Run ``tune`` with parsed arguments; returns the exit status."""
     try:
         import cupy
 
         cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:  # noqa: BLE001 - any failure means no usable GPU
-        print(f"tune needs a CUDA GPU through CuPy: {exc}")
-        return 2
+        print(f"ozaki_backend tune: error: needs a CUDA GPU through CuPy ({exc})",
+              file=sys.stderr)
+        return 1
     kw = {} if args.shapes is None else {"shapes": args.shapes}
     name, record = measure(n_moduli=args.moduli, mode=args.mode, repeats=args.repeats, **kw)
     if args.dry_run:
         return 0
-    path = write_table(name, record, args.output)
+    path = args.output
+    if args.install:
+        from .cuda import tuning_files
+
+        path = tuning_files.table_path()
+    path = write_table(name, record, path)
     print(f"wrote {len(record['entries'])} entries for {name} to {path}")
     return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ozaki_backend tune",
+                                 description=__doc__.split("\n\n")[0])
+    add_arguments(ap)
+    return run(ap.parse_args(argv))

@@ -8,7 +8,8 @@ Two paths compute the same bits (``docs/spec.md`` §5):
     the fused Hopper kernel (``kernels/modprod.cu``): products reduced mod p on the
     accumulators, one byte per element and modulus, then the CRT pass.
 
-The choice per shape comes from ``_data/gemm_tuning.json``, written by
+The choice per shape comes from the tuning tables (``tuning_files``: the package's
+``_data/gemm_tuning.json`` and the user's cache), written by
 ``python -m ozaki_backend tune`` on the GPU it describes: for each measured shape the
 whole product was timed both ways (and both wgmma tile widths), on random data, and
 the fastest recorded. A shape takes the choice of the nearest measured one (in log
@@ -23,28 +24,18 @@ import json
 import math
 import os
 from functools import lru_cache
-from importlib import resources
 
 import cupy
 
 from .capability import wgmma_available, wgmma_unavailable_reason
+from .tuning_files import table_text
 
 PATHS = ("cublas", "wgmma")
-#: The table, relative to the package (the measuring side is ``ozaki_backend.tune``).
-TABLE_FILE = "_data/gemm_tuning.json"
-
-
-def table_path():
-    """The package's tuning table (a :mod:`importlib.resources` traversable)."""
-    return resources.files("ozaki_backend").joinpath(TABLE_FILE)
 
 
 @lru_cache(maxsize=None)
 def _table_text():
-    try:
-        return table_path().read_text()
-    except FileNotFoundError:
-        return ""
+    return table_text()
 
 
 def clear_cache():

@@ -22,7 +22,8 @@ checks that the import graph, function-local imports included, has no cycle).
    (per-array opt-in).
 7. ``patches``: :func:`install` / ``restore`` / :func:`installed`, the saved originals.
 8. ``scopes``: ``enabled()``, ``disabled()``, ``enable()``, ``disable()``.
-9. ``observe``: ``stats()``, ``reset_stats()``, ``format_stats()``, ``explain()``.
+9. ``observe``: ``stats()``, ``reset_stats()``, ``format_stats()``, ``explain()``,
+   ``info()``.
 10. ``env`` + ``_start`` (``OZAKI_BACKEND=1`` start-up hook), ``cli``
     (``python -m ozaki_backend run`` / ``info``).
 
@@ -33,7 +34,7 @@ never SciPy or CuPy.
 
 from .config import CONFIG_KEYS, Config
 from .costmodel import cost_model
-from .observe import explain, format_stats, reset_stats, stats
+from .observe import Stats, explain, format_stats, info, reset_stats, stats
 from .patches import install, installed
 from .routing import Decision
 from .scopes import disable, disabled, enable, enabled
@@ -41,4 +42,4 @@ from .wrap import OzakiArray, unwrap, wrap
 
 __all__ = ["enabled", "disabled", "enable", "disable", "stats", "reset_stats", "explain",
            "wrap", "unwrap", "install", "installed", "Config", "CONFIG_KEYS", "Decision",
-           "OzakiArray", "cost_model", "format_stats"]
+           "OzakiArray", "cost_model", "format_stats", "info", "Stats"]

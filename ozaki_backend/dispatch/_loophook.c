@@ -21,7 +21,9 @@
  * exact buffers (inputs read-only), valid only for the duration of the call.
  *
  * Error policy: the hook never lets a Python exception escape into NumPy. Any error in
- * the routed path is cleared, counted, and the original loop computes the result.
+ * the routed path is cleared, counted, and the original loop computes the result. The
+ * one exception: a warning raised as an error (the user's filters, e.g. -W error on a
+ * FallbackWarning) stays set after the original loop, and NumPy raises it.
  * A KeyboardInterrupt is re-delivered with PyErr_SetInterrupt() after the original
  * loop has produced a correct result, so Ctrl-C still works.
  */
@@ -54,6 +56,11 @@ static volatile long long g_below = 0;   /* below the routing floor: C fast path
 static volatile long long g_vector = 0;  /* m == 1 or p == 1: matrix-vector shaped */
 static volatile long long g_pycalls = 0; /* calls into the Python router */
 static volatile long long g_errors = 0;  /* exceptions cleared in the routed path */
+/* Depth of backend work on this thread (the router's call, and the dispatch layer's
+ * routed products): the backend's own native products made there (its matrix-vector
+ * scaling steps ...) are not the user's and are not counted above. */
+static _Thread_local long t_in_backend = 0;
+#define COUNT(x) do { if (t_in_backend == 0) BUMP(x); } while (0)
 
 static int
 call_router(char **args, npy_intp const *dims, npy_intp const *steps, int *interrupted)
@@ -77,6 +84,7 @@ call_router(char **args, npy_intp const *dims, npy_intp const *steps, int *inter
     PyErr_Fetch(&et, &ev, &etb);
     Py_INCREF(cb);
     BUMP(g_pycalls);
+    t_in_backend++;
 
     a = PyArray_New(&PyArray_Type, 3, da, NPY_DOUBLE, sa, args[0], 0, 0, NULL);
     if (a == NULL) goto fail;
@@ -103,6 +111,14 @@ call_router(char **args, npy_intp const *dims, npy_intp const *steps, int *inter
     goto done;
 
 fail:
+    if (et == NULL && PyErr_ExceptionMatches(PyExc_Warning)) {
+        /* A warning the user's filters turned into an error (-W error): counted on the
+         * Python side; keep it set so that NumPy raises it from the ufunc call once
+         * its own loop has computed the product. */
+        PyErr_Fetch(&et, &ev, &etb);
+        handled = 0;
+        goto done;
+    }
     BUMP(g_errors);
     if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
         *interrupted = 1;
@@ -115,6 +131,7 @@ done:
     Py_XDECREF(b);
     Py_XDECREF(o);
     Py_DECREF(cb);
+    t_in_backend--;
     PyErr_Restore(et, ev, etb);
     return handled;
 }
@@ -131,14 +148,14 @@ hooked_loop(char **args, npy_intp const *dimensions, npy_intp const *steps, void
     }
     if (UNLIKELY(m < 2 || p < 2 || n < 1 || dimensions[0] < 1)) {
         /* Matrix-vector shaped (or empty): memory bound, never routed. */
-        BUMP(g_vector);
+        COUNT(g_vector);
         g_orig(args, dimensions, steps, data);
         return;
     }
     floor_ = LOAD(g_floor);
     /* double: m*n*p can overflow 64 bits; precision near 2**53 does not matter. */
     if ((double)m * (double)n * (double)p < (double)floor_) {
-        BUMP(g_below);
+        COUNT(g_below);
         g_orig(args, dimensions, steps, data);
         return;
     }
@@ -274,7 +291,22 @@ lh_reset_counters(PyObject *self, PyObject *noargs)
     Py_RETURN_NONE;
 }
 
+static PyObject *
+lh_backend_depth(PyObject *self, PyObject *arg)
+{
+    /* backend_depth(delta) -> depth: add delta (+1 entering, -1 leaving) to this
+     * thread's backend depth; products made at depth > 0 are not counted. */
+    long d = PyLong_AsLong(arg);
+    if (d == -1 && PyErr_Occurred()) return NULL;
+    t_in_backend += d;
+    if (t_in_backend < 0) t_in_backend = 0;
+    return PyLong_FromLong(t_in_backend);
+}
+
 static PyMethodDef lh_methods[] = {
+    {"backend_depth", lh_backend_depth, METH_O,
+     "backend_depth(delta) -> int\n\nAdd delta to this thread's backend depth (the "
+     "backend's own products made at depth > 0 are not counted in counters())."},
     {"install", lh_install, METH_O,
      "install(callback) -> bool\n\nReplace np.matmul's dd->d loop (once per process) and "
      "set the router callback(a, b, out) -> bool. Returns True when this call replaced "

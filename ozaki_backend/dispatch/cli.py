@@ -8,85 +8,100 @@ functions, so that ``python -m ozaki_backend`` stays quick to start).
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
-RUN_USAGE = """\
-usage: python -m ozaki_backend run [options] (script.py | -m module | -c code) [args ...]
-
+RUN_DESCRIPTION = """\
 Run an unmodified program with the backend enabled process-wide (like OZAKI_BACKEND=1,
 without relying on the .pth start-up hook). Child processes inherit the setting through
-the OZAKI_BACKEND* environment variables, which this command sets.
+the OZAKI_BACKEND* environment variables, which this command sets. The options override
+the OZAKI_BACKEND_<KEY> variables (docs/configuration.md); everything after the script
+(or -m module, -c code) goes to the program. The exit status is the program's."""
 
-options (override the OZAKI_BACKEND_<KEY> variables; see docs/configuration.md):
-  --engine {auto,cpu,cuda}    --precision fp64         --bits N      --moduli N
-  --mode {accurate,fast}      --scheme {ozaki2,phase22} --residual
-  --min-size N|auto           smallest m*n*k routed (0: every eligible product)
-  --stats                     print stats() to stderr when the program ends
-  --log LEVEL                 log the 'ozaki_backend' logger to stderr (debug, info, ...)
-  -h, --help                  show this help
-"""
-
-INFO_USAGE = """\
-usage: python -m ozaki_backend info [--json]
-
+INFO_DESCRIPTION = """\
 Print the GPU, CuPy version, routing thresholds and cost model, the moduli table and
-what is intercepted. Imports CuPy (to look for a GPU) and SciPy, unlike the package.
-"""
+what is intercepted. Imports CuPy (to look for a GPU) and SciPy, unlike the package."""
 
-_VALUE_OPTS = {"--engine": "engine", "--precision": "precision", "--bits": "bits",
-               "--moduli": "moduli", "--mode": "mode", "--scheme": "scheme",
-               "--min-size": "min_size", "--log": "log"}
+#: Sub-command descriptions for ``python -m ozaki_backend``.
+DESCRIPTIONS = {"run": RUN_DESCRIPTION, "info": INFO_DESCRIPTION}
+
+_ENGINES = ("auto", "cpu", "cuda")
+#: ``run`` options that take a value (the program's own arguments start after them).
+_RUN_VALUE_OPTS = ("--engine", "--precision", "--bits", "--moduli", "--mode", "--scheme",
+                   "--min-size", "--workspace", "--log")
 
 
-class _UsageError(Exception):
-    pass
+def _min_size(text):
+    """``--min-size``: an int, or ``"auto"`` (the cost model)."""
+    from .env import _parse
+
+    try:
+        value = _parse("min_size", text.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return "auto" if value is None else value
 
 
-def _parse_run(argv):
-    """``(config overrides, flags, kind, target, args)`` from the ``run`` arguments."""
-    cfg, flags = {}, {"stats": False, "log": None}
+def add_run_arguments(ap: argparse.ArgumentParser) -> None:
+    """The ``run`` options (shared by :func:`run_main` and ``python -m ozaki_backend``)."""
+    ap.add_argument("--engine", type=str.lower, choices=_ENGINES,
+                    help="engine of routed products (default auto)")
+    ap.add_argument("--precision", type=str.lower, choices=("fp64",),
+                    help="target accuracy (default fp64: native-level, per product)")
+    ap.add_argument("--bits", type=int, metavar="N",
+                    help="keep at least N bits of each row's largest element instead")
+    ap.add_argument("--moduli", type=int, metavar="N",
+                    help="use exactly N moduli (2..20) instead")
+    ap.add_argument("--mode", type=str.lower, choices=("accurate", "fast"),
+                    help="scaling rule (default accurate)")
+    ap.add_argument("--scheme", type=str.lower, choices=("ozaki2", "phase22"),
+                    help="emulation scheme (default ozaki2)")
+    ap.add_argument("--residual", action="store_const", const=True, default=None,
+                    help="phase22 only: add the seed's FP64 correction of the tails")
+    ap.add_argument("--min-size", type=_min_size, metavar="N|auto",
+                    help="smallest m*n*k routed (0: every eligible product; auto: the "
+                         "cost model decides)")
+    ap.add_argument("--workspace", metavar="SIZE",
+                    help="device workspace budget: bytes or a size like 16GiB")
+    ap.add_argument("--stats", action="store_true",
+                    help="print stats() to stderr when the program ends")
+    ap.add_argument("--log", metavar="LEVEL",
+                    help="log the 'ozaki_backend' logger to stderr at LEVEL (debug shows "
+                         "every routing decision)")
+    target = ap.add_mutually_exclusive_group()
+    target.add_argument("-m", dest="module", metavar="MODULE",
+                        help="run a module as a script, like python -m")
+    target.add_argument("-c", dest="code", metavar="CODE",
+                        help="run a code string, like python -c")
+    ap.add_argument("script", nargs="?", help="the program file to run")
+
+
+def split_run_argv(argv):
+    """``(run's own arguments, the program's arguments)``: the program's start after
+    the script, ``-m MODULE`` or ``-c CODE`` (``--`` ends run's options)."""
+    argv = list(argv)
     i = 0
     while i < len(argv):
-        arg = argv[i]
-        if arg in ("-h", "--help"):
-            raise SystemExit(0)
-        if arg in ("-m", "-c"):
-            if i + 1 >= len(argv):
-                raise _UsageError(f"argument {arg}: expected one argument")
-            return cfg, flags, arg, argv[i + 1], argv[i + 2:]
-        if arg == "--":
-            i += 1
-            break
-        if not arg.startswith("--"):
-            break
-        name, eq, value = arg.partition("=")
-        if name == "--stats" and not eq:
-            flags["stats"] = True
-        elif name == "--residual" and not eq:
-            cfg["residual"] = True
-        elif name in _VALUE_OPTS:
-            if not eq:
-                if i + 1 >= len(argv):
-                    raise _UsageError(f"argument {name}: expected one argument")
-                i += 1
-                value = argv[i]
-            key = _VALUE_OPTS[name]
-            if key == "log":
-                flags["log"] = value
-            else:
-                from .env import _parse
+        a = argv[i]
+        if a in ("-m", "-c"):
+            return argv[:i + 2], argv[i + 2:]
+        if a == "--":
+            return argv[:i + 2], argv[i + 2:]
+        if a.startswith("-") and a != "-":
+            i += 2 if (a in _RUN_VALUE_OPTS) else 1
+            continue
+        return argv[:i + 1], argv[i + 1:]
+    return argv, []
 
-                try:
-                    cfg[key] = _parse(key, value.strip())
-                except ValueError as exc:
-                    raise _UsageError(f"argument {name}: {exc}") from None
-        else:
-            raise _UsageError(f"unrecognized option {arg!r}")
-        i += 1
-    if i >= len(argv):
-        raise _UsageError("nothing to run: give script.py, -m module or -c code")
-    return cfg, flags, "script", argv[i], argv[i + 1:]
+
+def _run_parser():
+    ap = argparse.ArgumentParser(prog="python -m ozaki_backend run",
+                                 usage="%(prog)s [options] (script.py | -m MODULE | -c CODE)"
+                                       " [args ...]",
+                                 description=RUN_DESCRIPTION)
+    add_run_arguments(ap)
+    return ap
 
 
 def run_main(argv) -> int:
@@ -96,53 +111,83 @@ def run_main(argv) -> int:
     ----------
     argv : list of str
         The arguments after ``run``: ``[options] (script.py | -m module | -c code)
-        [args ...]`` (see ``RUN_USAGE``).
+        [args ...]``.
 
     Returns
     -------
     int
         The program's exit status (``SystemExit`` codes are returned, not raised);
-        2 for a usage or configuration error. An exception escaping the program
+        2 for a usage error; 0 after ``--help``. An exception escaping the program
         propagates (the interpreter prints its traceback, status 1).
+    """
+    own, rest = split_run_argv(argv)
+    ap = _run_parser()
+    try:
+        args = ap.parse_args(own)
+    except SystemExit as exc:   # --help (0) or a usage error (2, printed by argparse)
+        return 0 if not exc.code else 2
+    args.program_args = rest
+    return run(args, ap)
+
+
+def run(args, parser=None) -> int:
+    """``run`` with parsed arguments (:func:`add_run_arguments`'s, plus
+    ``program_args``); returns the program's exit status.
 
     Notes
     -----
     Process-wide: calls :func:`ozaki_backend.enable` (installing the interception
     layer), sets ``OZAKI_BACKEND=1`` and ``OZAKI_BACKEND_<KEY>`` in ``os.environ`` so
     that child processes are routed too, and replaces ``sys.argv`` / ``sys.path[0]``
-    as ``python script.py`` would.
+    as ``python script.py`` would. Invalid ``OZAKI_BACKEND_*`` variables are warned
+    about (:class:`~ozaki_backend.ConfigurationWarning`) and the program runs natively.
     """
-    argv = list(argv)
-    try:
-        over, flags, kind, target, args = _parse_run(argv)
-    except SystemExit:
-        sys.stdout.write(RUN_USAGE)
-        return 0
-    except _UsageError as exc:
-        sys.stderr.write(RUN_USAGE + f"\nozaki_backend run: error: {exc}\n")
-        return 2
-
     from . import config as _config
     from . import env as _env
     from .scopes import enable
 
+    def usage_error(msg):
+        if parser is not None:
+            parser.print_usage(sys.stderr)
+        sys.stderr.write(f"python -m ozaki_backend run: error: {msg}\n")
+        return 2
+
+    chosen = [k for k in ("module", "code", "script") if getattr(args, k) is not None]
+    if not chosen:
+        return usage_error("nothing to run: give script.py, -m MODULE or -c CODE")
+    if len(chosen) > 1:
+        return usage_error("give one of script.py, -m MODULE and -c CODE")
+    kind = {"module": "-m", "code": "-c", "script": "script"}[chosen[0]]
+    target = getattr(args, chosen[0])
     if kind == "script" and not os.path.exists(target):
-        sys.stderr.write(f"ozaki_backend run: error: can't open file {target!r}\n")
-        return 2
+        return usage_error(f"can't open file {target!r}")
+    over = {k: getattr(args, k) for k in ("engine", "precision", "bits", "moduli", "mode",
+                                          "scheme", "residual", "workspace")
+            if getattr(args, k) is not None}
+    if args.min_size is not None:
+        over["min_size"] = None if args.min_size == "auto" else args.min_size
     try:
-        base = _env.config_from_environ()
-        cfg = dict(base, **over)
-        _config.Config.build(None, cfg, "run")
-        _env.setup_logging(flags["log"])
+        _config.Config.build(None, over, "run")
+        if args.log:
+            _env.setup_logging(args.log)
     except (TypeError, ValueError) as exc:
-        sys.stderr.write(f"ozaki_backend run: error: {exc}\n")
-        return 2
-    enable(**cfg)
-    os.environ.update(_env.environ_for(cfg))
-    want_stats = flags["stats"] or (os.environ.get("OZAKI_BACKEND_STATS") or "").strip().lower() \
+        return usage_error(str(exc))
+    found = _env.report_problems()
+    if any(name in ("config", _env.ENV) for name, _ in found):
+        cfg = None   # warned: the program runs natively
+    else:
+        cfg = dict(_env.config_from_environ(), **over)
+        try:
+            _config.Config.build(None, cfg, "run")
+        except (TypeError, ValueError) as exc:
+            return usage_error(str(exc))
+    if cfg is not None:
+        enable(**cfg)
+        os.environ.update(_env.environ_for(cfg))
+    want_stats = args.stats or (os.environ.get("OZAKI_BACKEND_STATS") or "").strip().lower() \
         in ("1", "true", "yes", "on")
     try:
-        return _run_target(kind, target, args)
+        return _run_target(kind, target, args.program_args)
     finally:
         if want_stats:
             from .observe import format_stats
@@ -187,99 +232,10 @@ def _run_target(kind, target, args) -> int:
     return 0
 
 
-def _info() -> dict:
-    import importlib.util
-    import platform
-
-    import numpy as np
-
-    from .._version import __version__
-    from ..plan import Plan
-    from ..registry import cuda_availability as availability
-    from ..spec.moduli import MODULI
-    from ..spec.rules import CERT_C, CERT_DIV, CERT_SMALL, CERT_SMALL_DIV, EXPECTED_BITS
-    from . import config as _config
-    from . import blashook, costmodel, loophook, numpy_wrappers, patches, routing
-    from . import env as _env
-
-    ok, why = availability()
-    cupy = None
-    if "cupy" in sys.modules:
-        cupy = getattr(sys.modules["cupy"], "__version__", "?")
-    try:
-        import scipy
-
-        scipy_version = scipy.__version__
-    except ImportError:
-        scipy_version = None
-    node = _config.current()
-    model = costmodel.cost_model()
-    eng_auto, eng_why = routing.resolve_engine(_config.DEFAULT_CONFIG)
-    cross = []
-    for n in (256, 512, 1024, 2048, 4096, 8192, 16384):
-        p = Plan(n, n, n)
-        N = p.expected_moduli     # the estimate assumes ordinary data
-        t_h = model.host_seconds(n, n, n)
-        t_e = model.emulated_seconds(n, n, n, 1, p.n_gemms - (p.n_moduli - N) * p.k_split,
-                                     N)
-        cross.append({"n": n, "moduli": N, "host_ms": t_h * 1e3,
-                      "emulated_ms": t_e * 1e3, "routed": t_e < t_h})
-    env_vars = {k: v for k, v in os.environ.items() if k.startswith("OZAKI_BACKEND")}
-    known = {_env.ENV, *_env.VARS.values(), *_env.EXTRA_VARS}
-    return {
-        "ozaki_backend": __version__,
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "scipy": scipy_version,
-        "gpu": {"usable": ok, "detail": why},
-        "cupy": cupy,
-        "engine_auto": {"engine": eng_auto, "why": eng_why},
-        "loop_hook": {"extension": loophook.available(),
-                      "extension_path": loophook.extension_path(),
-                      "installed_in_this_process": loophook.installed()},
-        "blas_hook": {"platform": blashook.available(), **blashook.status()},
-        "state": {"enabled_here": node.enabled, "config": node.config.as_dict(),
-                  "c_state": dict(zip(("active_scopes", "floor"), loophook.state()))},
-        "cost_model": {"host_gflops": model.host_gflops, "host_source": model.host_source,
-                       **{k: getattr(model, k) for k in model.PARAMS},
-                       "floor_mnk": model.floor(), "cubes": cross},
-        "moduli": {"table": list(MODULI),
-                   "fp64": {"rule": "per product, the fewest moduli whose certificate "
-                                    "bounds the truncation error by c u |A||B|, c = "
-                                    f"min(k-1, {CERT_C}, isqrt(k)/{CERT_DIV}) ("
-                                    f"isqrt(k)/{CERT_SMALL_DIV} below {CERT_SMALL} "
-                                    "elements); then the residual pass, then native",
-                            "expected": {str(k): Plan(256, 256, k).expected_moduli
-                                         for k in (64, 1024, 8192, 65536)},
-                            "expected_bits": EXPECTED_BITS}},
-        "intercepted": {
-            "@ / np.matmul": "C inner-loop hook (float64 dd->d loop)",
-            "ndarray.dot, np.cov, held dot":
-                "BLAS call-site hook (NumPy dgemm/dsyrk GOT slots)" if blashook.available()
-                else "not hooked on this platform",
-            **{f"{m}.{a}": ("BLAS call-site hook (no wrapper)"
-                            if blashook.available()
-                            and e in numpy_wrappers.COVERED_BY_BLAS_HOOK
-                            else "module-level wrapper")
-               for m, a, _, e in numpy_wrappers.TARGETS},
-            "scipy.linalg.blas.dgemm": "module-level wrapper (also scipy.linalg._fblas.dgemm)",
-            "scipy.linalg.get_blas_funcs('gemm')": "returns the dgemm wrapper (memo cleared)",
-        },
-        "installed_wrappers": patches.installed_wrappers(),
-        "not_intercepted": ([] if blashook.available() else [
-            "ndarray.dot (method of an immutable type)",
-            "names bound before installation (from numpy import dot)",
-            "NumPy internals holding their own reference (np.cov, tensordot's dot)",
-        ]) + [
-            "SciPy internals and compiled code (expm, cython_blas: SciPy's own BLAS)",
-            "GEMMs inside LAPACK (solve, eig, qr, ...) and compiled extensions",
-            "get_blas_funcs('gemm', ilp64=True) (scipy.linalg._fblas_64)",
-            "float32, complex, integer, object products; ndarray subclasses",
-        ],
-        "environment": {k: {"value": v, "known": k in known} for k, v in env_vars.items()},
-        "start_hook": {"pth_installed": importlib.util.find_spec("_ozaki_backend_start")
-                       is not None},
-    }
+def add_info_arguments(ap: argparse.ArgumentParser) -> None:
+    """The ``info`` options (shared by :func:`info_main` and ``python -m ozaki_backend``)."""
+    ap.add_argument("--json", action="store_true",
+                    help="print ozaki_backend.info() as JSON instead of the text report")
 
 
 def info_main(argv) -> int:
@@ -295,18 +251,22 @@ def info_main(argv) -> int:
     int
         0, or 2 for a usage error.
     """
-    argv = list(argv)
-    if argv and argv[0] in ("-h", "--help"):
-        sys.stdout.write(INFO_USAGE)
-        return 0
-    as_json = "--json" in argv
-    extra = [a for a in argv if a != "--json"]
-    if extra:
-        sys.stderr.write(INFO_USAGE + f"\nozaki_backend info: error: unrecognized "
-                         f"arguments: {' '.join(extra)}\n")
-        return 2
+    ap = argparse.ArgumentParser(prog="python -m ozaki_backend info",
+                                 description=INFO_DESCRIPTION)
+    add_info_arguments(ap)
+    try:
+        args = ap.parse_args(list(argv))
+    except SystemExit as exc:
+        return 0 if not exc.code else 2
+    return info(args)
+
+
+def info(args) -> int:
+    """``info`` with parsed arguments; returns 0."""
+    from .observe import info as _info
+
     info = _info()
-    if as_json:
+    if args.json:
         import json
 
         sys.stdout.write(json.dumps(info, indent=2, default=str) + "\n")
@@ -321,6 +281,9 @@ def info_main(argv) -> int:
     w(f"loop hook   : extension {'built' if lh['extension'] else 'MISSING'}"
       f"{' (' + lh['extension_path'] + ')' if lh['extension_path'] else ''}; installed in "
       f"this process: {lh['installed_in_this_process']}\n")
+    bh = info["blas_hook"]
+    w(f"BLAS hook   : {'installed' if bh.get('installed') else 'not installed'}"
+      f" ({bh.get('reason') or ', '.join(bh.get('symbols') or []) or 'idle'})\n")
     w(f"start hook  : OZAKI_BACKEND=1 .pth hook "
       f"{'installed' if info['start_hook']['pth_installed'] else 'NOT installed'}\n")
     st = info["state"]

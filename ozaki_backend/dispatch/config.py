@@ -57,6 +57,35 @@ CONFIG_KEYS = NUMERIC_KEYS + ("min_size", "workspace")
 #: ``min_size`` given as this (or None) means "use the cost model".
 AUTO = "auto"
 
+# --------------------------------------------------------------------------- variables
+#: The on/off switch of the environment opt-in (``dispatch/env.py``).
+ENV = "OZAKI_BACKEND"
+PREFIX = "OZAKI_BACKEND_"
+#: config key -> environment variable
+VARS = {key: PREFIX + key.upper() for key in CONFIG_KEYS}
+#: Variables that are not config keys, with what they do.
+EXTRA_VARS = {
+    "OZAKI_BACKEND_LOG": "level of the 'ozaki_backend' logger, with a stderr handler "
+                         "(debug, info, warning, error)",
+    "OZAKI_BACKEND_STATS": "1: print stats() to stderr when the process exits",
+    "OZAKI_BACKEND_HOST_GFLOPS": "host float64 GEMM rate for the cost model (GFLOP/s, "
+                                 "> 0) instead of measuring it",
+    # Read by the CUDA engine (ozaki_backend/cuda/) and its tools.
+    "OZAKI_BACKEND_CUDA_GEMM": "CUDA engine: force 'batched' or 'loop' INT8 GEMM issue",
+    "OZAKI_BACKEND_CUDA_TILE": "CUDA engine: force output tiles 'tm,tn'",
+    "OZAKI_BACKEND_CUDA_PATH": "CUDA engine: force the GEMM path (tune/bench set it)",
+    "OZAKI_BACKEND_CUDA_COLBLOCK": "CUDA engine: column block of the modular GEMM",
+    "OZAKI_BACKEND_CUDA_ROWBLOCK": "CUDA engine: row block of the modular GEMM",
+    "OZAKI_BACKEND_CUDA_BK": "CUDA engine: k tile of the fused kernel",
+    "OZAKI_BACKEND_CUDA_CLUSTER": "CUDA engine: cluster size of the fused kernel",
+    "OZAKI_BACKEND_PHASE22_ROWS": "CUDA engine: row block of the phase22 scheme",
+}
+
+
+def known_variables() -> set:
+    """Every ``OZAKI_BACKEND*`` environment variable the package reads."""
+    return {ENV, *VARS.values(), *EXTRA_VARS}
+
 
 def _check_min_size(value):
     """``None`` for the cost model, else a non-negative int (validated, with the key named)."""
@@ -272,6 +301,28 @@ def refresh_floors() -> None:
 
 
 costmodel.cost_model().subscribe(refresh_floors)
+
+
+class uncounted:
+    """``with uncounted(): ...``: the C hook does not count the products this thread
+    makes inside (the backend's own native products while it computes a routed one,
+    which are not the user's products)."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        if _depth is not None:
+            _depth(1)
+        return self
+
+    def __exit__(self, *exc):
+        if _depth is not None:
+            _depth(-1)
+        return False
+
+
+# None with an extension built before backend_depth existed (rebuild it to count right).
+_depth = getattr(_c_hook, "backend_depth", None)
 
 
 def _publish():

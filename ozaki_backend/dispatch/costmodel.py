@@ -26,6 +26,15 @@ from .. import registry
 NEVER = 2**63 - 1
 
 
+def _positive(text):
+    """``float(text)`` when it is a finite number > 0, else None."""
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) and v > 0 else None
+
+
 class CostModel:
     """Host BLAS time against transfer + GPU time for one float64 product.
 
@@ -64,6 +73,9 @@ class CostModel:
             object.__setattr__(self, name, float(v))
 
     def __setattr__(self, name, value):
+        if name in ("host_gflops", "h2d_gbps", "d2h_gbps", "int8_tops", "device_gbps") \
+                and _positive(value) is None:
+            raise ValueError(f"CostModel.{name} must be a finite number > 0; got {value!r}")
         if name == "host_gflops":
             object.__setattr__(self, "_host_gflops", float(value))
             object.__setattr__(self, "host_source", "set")
@@ -94,9 +106,16 @@ class CostModel:
             with self._lock:
                 if self._host_gflops is None:
                     env = os.environ.get("OZAKI_BACKEND_HOST_GFLOPS", "").strip()
-                    if env:
-                        rate, src = float(env), "OZAKI_BACKEND_HOST_GFLOPS"
+                    rate = _positive(env)
+                    if rate is not None:
+                        src = "OZAKI_BACKEND_HOST_GFLOPS"
                     else:
+                        if env:  # a typo must not stop the program: warn, measure
+                            from .._warnings import warn_config
+
+                            warn_config(f"OZAKI_BACKEND_HOST_GFLOPS={env!r} must be a "
+                                        "positive number of GFLOP/s; the host rate is "
+                                        "measured instead")
                         rate = measure_host_gflops()
                         src = "measured (native DGEMM, n = 256..2048)"
                     object.__setattr__(self, "host_source", src)

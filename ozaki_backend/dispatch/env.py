@@ -23,47 +23,69 @@ one ``OZAKI_BACKEND_<KEY>`` per config key (``ENGINE``, ``PRECISION``, ``BITS``,
 ``MODULI``, ``MODE``, ``SCHEME``, ``RESIDUAL``, ``MIN_SIZE``; an empty value means
 unset), and ``OZAKI_BACKEND_LOG``, ``OZAKI_BACKEND_STATS``, ``OZAKI_BACKEND_HOST_GFLOPS``.
 
+A typo never stops the program: :func:`problems` lists unknown ``OZAKI_BACKEND_*``
+names (with a "did you mean" from :mod:`difflib`) and invalid values (the variable
+named, values compared case-insensitively), and :func:`report_problems` warns each
+once with ``ConfigurationWarning``; an invalid switch or config value leaves the
+backend off, an invalid ``_LOG`` / ``_STATS`` / ``_HOST_GFLOPS`` is ignored.
+``import ozaki_backend`` runs :func:`check_at_import` when any such variable is set.
+
 Above the library's layers: it validates with ``config``, enables with ``scopes`` and
-prints with ``observe``; ``_start`` and ``cli`` call it.
+prints with ``observe``; ``_start``, ``cli`` and the package's ``__init__`` call it.
 """
 
 from __future__ import annotations
 
 import atexit
+import difflib
 import logging
+import math
 import os
 import sys
 
+from .. import _warnings
 from . import config as _config
+from .config import ENV, EXTRA_VARS, PREFIX, VARS, known_variables
 from .observe import format_stats
 from .scopes import enable
 
-ENV = "OZAKI_BACKEND"
-PREFIX = "OZAKI_BACKEND_"
-#: config key -> environment variable
-VARS = {key: PREFIX + key.upper() for key in _config.CONFIG_KEYS}
-#: Variables that are not config keys.
-EXTRA_VARS = {
-    "OZAKI_BACKEND_LOG": "level of the 'ozaki_backend' logger, with a stderr handler "
-                         "(debug, info, warning, error)",
-    "OZAKI_BACKEND_STATS": "1: print stats() to stderr when the process exits",
-    "OZAKI_BACKEND_HOST_GFLOPS": "host float64 GEMM rate for the cost model (GFLOP/s) "
-                                 "instead of measuring it",
-    # Read by the CUDA engine (ozaki_backend/cuda/), listed so `info` knows them.
-    "OZAKI_BACKEND_CUDA_GEMM": "CUDA engine: force 'batched' or 'loop' INT8 GEMM issue",
-    "OZAKI_BACKEND_CUDA_TILE": "CUDA engine: force output tiles 'tm,tn'",
-}
+__all__ = ["ENV", "PREFIX", "VARS", "EXTRA_VARS", "requested", "switch", "problems",
+           "config_from_environ", "setup_logging", "activate_from_environ", "environ_for"]
+
 _FALSE = ("", "0", "false", "no", "off")
 _TRUE = ("1", "true", "yes", "on")
+_TRUTH = "1/0, true/false, yes/no or on/off (any case)"
+#: Config keys whose value is one of a few words: compared case-insensitively.
+_WORD_KEYS = ("engine", "precision", "mode", "scheme")
+
+
+def switch(environ=None) -> tuple[bool, str | None]:
+    """``(on, problem)`` for ``OZAKI_BACKEND``: on for 1/true/yes/on (any case), off
+    for unset, empty, 0/false/no/off; any other value is off with a problem message."""
+    env = os.environ if environ is None else environ
+    raw = env.get(ENV)
+    value = (raw or "").strip().lower()
+    if value in _TRUE:
+        return True, None
+    if value in _FALSE:
+        return False, None
+    return False, (f"{ENV}={raw!r} is not a valid switch (use {_TRUTH}); the backend "
+                   "stays off")
 
 
 def requested(environ=None) -> bool:
-    """True when ``OZAKI_BACKEND`` is set to anything but empty/0/false/no/off."""
-    env = os.environ if environ is None else environ
-    return (env.get(ENV) or "").strip().lower() not in _FALSE
+    """True when ``OZAKI_BACKEND`` is set to 1/true/yes/on (any case)."""
+    return switch(environ)[0]
 
 
 def _parse(key: str, raw: str):
+    """The value of config key ``key`` from its variable's text ``raw`` (stripped).
+
+    Raises
+    ------
+    ValueError
+        Saying what the value must be (the caller names the variable).
+    """
     if key in ("bits", "moduli"):
         try:
             return int(raw)
@@ -88,7 +110,9 @@ def _parse(key: str, raw: str):
             return True
         if low in _FALSE:
             return False
-        raise ValueError("residual must be 1/0, true/false, yes/no or on/off")
+        raise ValueError(f"residual must be {_TRUTH}")
+    if key in _WORD_KEYS:
+        return raw.lower()
     return raw
 
 
@@ -123,6 +147,109 @@ def config_from_environ(environ=None) -> dict:
         given = ", ".join(f"{VARS[k]}={env.get(VARS[k])!r}" for k in cfg)
         raise ValueError(f"{exc} (from {given})") from None
     return cfg
+
+
+def host_gflops_problem(raw) -> str | None:
+    """Why ``OZAKI_BACKEND_HOST_GFLOPS=raw`` is invalid, or None (unset/empty is valid)."""
+    if raw is None or not raw.strip():
+        return None
+    try:
+        v = float(raw)
+    except ValueError:
+        v = math.nan
+    if math.isfinite(v) and v > 0:
+        return None
+    return (f"OZAKI_BACKEND_HOST_GFLOPS={raw!r} must be a positive number of GFLOP/s; "
+            "the host rate is measured instead")
+
+
+def _int_list(n):
+    def check(raw):
+        parts = raw.split(",")
+        return len(parts) == n and all(p.strip().isdigit() and int(p) > 0 for p in parts)
+    return check
+
+
+#: The CUDA engine's tuning variables: variable -> (check of the stripped value, what
+#: it must be). Read by the engine at use; checked here so that a typo is reported.
+_CUDA_CHECKS = {
+    "OZAKI_BACKEND_CUDA_GEMM": (lambda v: v in ("batched", "loop"), "batched or loop"),
+    "OZAKI_BACKEND_CUDA_PATH": (lambda v: v in ("cublas", "wgmma", "wgmma:128", "wgmma:256"),
+                                "cublas, wgmma, wgmma:128 or wgmma:256"),
+    "OZAKI_BACKEND_CUDA_TILE": (_int_list(2), "two positive integers 'tm,tn'"),
+    "OZAKI_BACKEND_CUDA_COLBLOCK": (str.isdigit, "an integer >= 0"),
+    "OZAKI_BACKEND_CUDA_ROWBLOCK": (str.isdigit, "an integer >= 0"),
+    "OZAKI_BACKEND_CUDA_BK": (str.isdigit, "an integer >= 0"),
+    "OZAKI_BACKEND_CUDA_CLUSTER": (str.isdigit, "an integer >= 0"),
+    "OZAKI_BACKEND_PHASE22_ROWS": (str.isdigit, "an integer >= 0"),
+}
+
+
+def problems(environ=None) -> list:
+    """What is wrong with the ``OZAKI_BACKEND*`` variables: a list of ``(variable,
+    message)`` for unknown names (with a "did you mean" when one is close) and invalid
+    values, each message naming the variable and what is done instead."""
+    env = os.environ if environ is None else environ
+    known = sorted(known_variables())
+    out = []
+    for name in sorted(k for k in env if k.startswith(ENV)):
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+        hint = f"; did you mean {close[0]}?" if close else \
+            f"; known variables: {', '.join(known)}"
+        out.append((name, f"unknown variable {name} ignored{hint}"))
+    bad = switch(env)[1]
+    if bad:
+        out.append((ENV, bad))
+    try:
+        config_from_environ(env)
+    except ValueError as exc:
+        out.append(("config", f"{exc}; the backend stays off (NumPy computes everything)"))
+    level = (env.get("OZAKI_BACKEND_LOG") or "").strip()
+    if level and not isinstance(logging.getLevelName(level.upper()), int):
+        out.append(("OZAKI_BACKEND_LOG", f"OZAKI_BACKEND_LOG={level!r} is not a logging "
+                    "level (debug, info, warning, error); logging is not set up"))
+    raw = env.get("OZAKI_BACKEND_STATS")
+    if raw is not None and raw.strip().lower() not in _TRUE + _FALSE:
+        out.append(("OZAKI_BACKEND_STATS", f"OZAKI_BACKEND_STATS={raw!r} must be {_TRUTH}; "
+                    "no exit report"))
+    gflops = host_gflops_problem(env.get("OZAKI_BACKEND_HOST_GFLOPS"))
+    if gflops:
+        out.append(("OZAKI_BACKEND_HOST_GFLOPS", gflops))
+    for name, (ok, what) in _CUDA_CHECKS.items():
+        raw = env.get(name)
+        if raw is not None and raw.strip() and not ok(raw.strip()):
+            out.append((name, f"{name}={raw!r} must be {what}; the CUDA engine will fail "
+                        "on it (products fall back to NumPy)"))
+    return out
+
+
+_reported = False
+
+
+def report_problems(environ=None) -> list:
+    """Warn (:class:`~ozaki_backend.ConfigurationWarning`) once per problem of
+    :func:`problems`; for ``os.environ`` only once per process. Returns the problems."""
+    global _reported
+    found = problems(environ)
+    if environ is None:
+        if _reported:
+            return found
+        _reported = True
+    for _name, message in found:
+        _warnings.warn_config(message)
+    return found
+
+
+def check_at_import() -> None:
+    """What ``import ozaki_backend`` does when some ``OZAKI_BACKEND*`` variable is set:
+    report the variables' problems and set up ``OZAKI_BACKEND_LOG``."""
+    report_problems()
+    try:
+        setup_logging()
+    except ValueError:
+        pass  # reported above
 
 
 def setup_logging(level: str | None = None) -> None:
@@ -173,16 +300,26 @@ def activate_from_environ(environ=None) -> bool:
     bool
         Whether the backend was enabled.
 
-    Raises
-    ------
-    ValueError
-        For an invalid variable (named in the message); nothing is enabled then.
+    Warns
+    -----
+    ConfigurationWarning
+        For an unknown ``OZAKI_BACKEND_*`` variable (with a "did you mean") or an
+        invalid value (the variable named); an invalid ``OZAKI_BACKEND`` or config
+        variable leaves the backend off (NumPy computes everything), an invalid
+        ``OZAKI_BACKEND_LOG`` / ``_STATS`` / ``_HOST_GFLOPS`` is ignored.
     """
     env = os.environ if environ is None else environ
-    if not requested(env):
+    on, _ = switch(env)
+    found = report_problems(environ)
+    if not on:
         return False
+    if any(name == "config" for name, _ in found):
+        return False  # warned: an invalid variable leaves the backend off
     cfg = config_from_environ(env)
-    setup_logging(env.get("OZAKI_BACKEND_LOG", ""))
+    try:
+        setup_logging(env.get("OZAKI_BACKEND_LOG", ""))
+    except ValueError:
+        pass  # warned above
     enable(**cfg)
     if (env.get("OZAKI_BACKEND_STATS") or "").strip().lower() in _TRUE:
         print_stats_at_exit()

@@ -15,7 +15,8 @@ views over the loop's buffers, once per loop invocation (one ufunc call can invo
 loop several times). ``_route`` returns True after writing the product into ``out``
 (through the routing helper ``route``, like every other entry point); False makes the
 C side run NumPy's original loop. Nothing raised here reaches NumPy: exceptions become
-a counted fallback to the original loop.
+a counted fallback to the original loop, except a warning that the user's filters
+raise as an error (``-W error``), which NumPy raises after its loop.
 
 Same layer as ``numpy_wrappers``: above ``route`` and ``config``, below ``patches``
 (which installs it) and ``observe`` (which reads its counters).
@@ -106,6 +107,12 @@ def _route(a, b, out):
             return False
         # 2: the C side raises the overflow flag, which NumPy reports as its own loop's.
         return 2 if overflowed else True
+    except Warning as exc:
+        # Raised as an error by the user's warning filters (-W error): the C side keeps
+        # it set, and NumPy raises it after its own loop computed the product.
+        a = b = out = None  # noqa: F841
+        traceback.clear_frames(exc.__traceback__)
+        raise
     except Exception as exc:  # fall back to NumPy's loop, never raise into NumPy
         # a, b, out (and views of them in deeper frames) point into NumPy's loop
         # buffers, freed when the loop returns: the traceback that a log record keeps

@@ -19,14 +19,49 @@ C_ERROR = "@/np.matmul: error in the C hook"
 BLAS_C_ERROR = "BLAS hook: error in the C hook"
 
 
-def stats() -> dict:
+class Stats(dict):
+    """What ``stats()`` returns: the counters as a dict that prints as a table.
+
+    ``print(stats())`` (and its ``repr``) is ``format_stats()``'s table; indexing,
+    iteration, ``json.dumps`` and comparisons are those of the plain dict, whose keys
+    ``stats()`` documents.
+
+    Attributes
+    ----------
+    details : dict
+        ``{outcome: {reason key: long text}}``: the full explanation behind a short
+        reason key (the latest one seen), where there is one.
+    """
+
+    __slots__ = ("details",)
+
+    def __init__(self, data, details=None):
+        super().__init__(data)
+        self.details = {} if details is None else details
+
+    def as_dict(self) -> dict:
+        """The counters as a plain ``dict`` (a copy; nested dicts are copied too)."""
+        return {k: dict(v) if isinstance(v, dict) else v for k, v in self.items()}
+
+    def __str__(self):
+        return format_stats(self)
+
+    __repr__ = __str__
+
+    def _repr_pretty_(self, p, cycle):  # IPython
+        p.text(str(self))
+
+
+def stats() -> Stats:
     """What the backend did in this process since start or the last :func:`reset_stats`.
 
     Returns
     -------
-    dict
-        ``routed``, ``native``, ``fallback``: call counts; ``reasons``: for each of
-        those outcomes a ``{reason: count}`` dict (routed reasons name the engine);
+    Stats
+        A ``dict`` (``stats().as_dict()`` gives a plain copy) that prints as a
+        table (``print(ozaki_backend.stats())``). Keys: ``routed``, ``native``, ``fallback``: product counts; ``reasons``: for each of
+        those outcomes a ``{reason key: count}`` dict with short, stable keys (routed
+        reasons name the engine; ``stats().details`` has the long text behind a key);
         ``routed_by_entry``: routed calls per entry point (``@/np.matmul``,
         ``np.dot``, ``scipy dgemm``, ``BLAS dgemm`` / ``BLAS dsyrk`` for products
         routed at NumPy's BLAS call site: ``ndarray.dot``, ``np.cov`` ...); ``seconds``: time spent per outcome;
@@ -38,9 +73,10 @@ def stats() -> dict:
         that misses the target), ``residual pass``, ``native fallback``
         (``docs/spec.md`` §10); ``c_fast_path``: ``@``/
         ``np.matmul`` products the C hook left to NumPy without calling Python while
-        some scope was active anywhere (``below_floor``, ``vector_shaped``). The C side cannot tell
-        whose product it sees, so these also count other threads' products and the
-        backend's own native ones; they are not part of ``native``.
+        some scope was active anywhere (``below_floor``, ``vector_shaped``). The C side
+        cannot tell whose product it sees, so these also count other threads'
+        products (never the backend's own, made while it computes a routed product);
+        they are not part of ``native``.
 
     Notes
     -----
@@ -68,7 +104,10 @@ def stats() -> dict:
                last_moduli=_stats.last_moduli(),
                c_fast_path={"below_floor": c["below_floor"],
                             "vector_shaped": c["vector_shaped"]})
-    return out
+    details: dict = {}
+    for (outcome, reason), text in _stats.details().items():
+        details.setdefault(outcome, {})[reason] = text
+    return Stats(out, details)
 
 
 def reset_stats() -> None:
@@ -81,13 +120,16 @@ def reset_stats() -> None:
 
 
 def format_stats(s: dict | None = None) -> str:
-    """:func:`stats` as a short human-readable block."""
+    """``stats()`` as a human-readable table (what ``print(stats())`` shows)."""
     s = stats() if s is None else s
     lines = [f"ozaki_backend stats: routed {s['routed']}, native {s['native']}, "
              f"fallback {s['fallback']}"]
-    for outcome in ("routed", "native", "fallback"):
-        for reason, n in sorted(s["reasons"].get(outcome, {}).items(), key=lambda t: -t[1]):
-            lines.append(f"  {outcome:8s} {n:7d}  {reason}")
+    rows = [(outcome, n, reason) for outcome in ("routed", "native", "fallback")
+            for reason, n in sorted(s["reasons"].get(outcome, {}).items(),
+                                    key=lambda t: -t[1])]
+    if rows:
+        lines.append(f"  {'outcome':8s} {'products':>8s}  reason")
+        lines.extend(f"  {o:8s} {n:8d}  {r}" for o, n, r in rows)
     if s["routed_by_entry"]:
         entries = ", ".join(f"{k} {v}" for k, v in sorted(s["routed_by_entry"].items()))
         lines.append(f"  routed by entry point: {entries}")
@@ -109,6 +151,8 @@ def format_stats(s: dict | None = None) -> str:
     if any(cf.values()):
         lines.append(f"  C fast path (any thread, not routed): {cf['below_floor']} below the "
                      f"floor, {cf['vector_shaped']} matrix-vector shaped")
+    if getattr(s, "details", None):
+        lines.append("  (stats().details has the full text behind each reason)")
     return "\n".join(lines)
 
 
@@ -144,11 +188,16 @@ def _explain_pair(a, b, entry):
     import numpy as np
 
     node = config.current()
-    no = routing.Decision
+    shape = _shape_of(a, b)
+
+    def no(routed, reason, entry):
+        return routing.Decision(routed, reason, entry=entry, **shape)
+
     if _native.SUSPENDED.get():
         return no(False, "inside the backend (interception suspended)", entry=entry)
     if not node.enabled:
-        return no(False, "no enabled scope in this context (and enable() not in force)",
+        return no(False, "no enabled scope in this context and enable() not in force: "
+                  "wrap the code in `with ozaki_backend.enabled():` to route it",
                   entry=entry)
     for x in (a, b):
         if type(x) is not np.ndarray:
@@ -176,6 +225,21 @@ def _explain_pair(a, b, entry):
     return d
 
 
+def _shape_of(a, b) -> dict:
+    """``m``, ``n``, ``k``, ``batch`` of ``a @ b`` for a decision, or nothing when the
+    operands are not a matrix product."""
+    import numpy as np
+
+    try:
+        sa, sb = np.shape(a), np.shape(b)
+        if len(sa) < 2 or len(sb) < 2 or sa[-1] != sb[-2]:
+            return {}
+        batch = int(np.prod(np.broadcast_shapes(sa[:-2], sb[:-2]), dtype=np.int64))
+    except (ValueError, TypeError):
+        return {}
+    return {"m": sa[-2], "n": sb[-1], "k": sa[-1], "batch": batch}
+
+
 def _report() -> str:
     node = config.current()
     lines = []
@@ -183,6 +247,10 @@ def _report() -> str:
         lines.append("interception suspended (running inside the backend)")
     where = "this context's scope" if config.has_scope() else "process default"
     lines.append(f"enabled here: {node.enabled} ({where})")
+    if not node.enabled:
+        lines.append("  nothing is routed in this context: wrap the code in "
+                     "`with ozaki_backend.enabled():` (or call ozaki_backend.enable()); "
+                     "explain(a, b) tells why a given product would (not) be routed")
     lines.append(f"config: {node.config!r}")
     if node.enabled:
         eng, why = routing.resolve_engine(node.config)
@@ -202,3 +270,127 @@ def _report() -> str:
         lines.append("recent decisions (newest last):")
         lines.extend(f"  {d}" for d in list(routing.recent)[-10:])
     return "\n".join(lines)
+
+
+def info() -> dict:
+    """What this process would do: version, engines, configuration, hooks installed.
+
+    What ``python -m ozaki_backend info --json`` prints. Looks for a GPU (imports CuPy
+    when it is installed) and SciPy, unlike ``import ozaki_backend``.
+
+    Returns
+    -------
+    dict
+        ``version``; ``engines``: ``{name: {"available": bool, "reason": str}}`` for
+        ``cpu`` and ``cuda``, and ``auto``: the engine ``engine="auto"`` picks and why;
+        ``config``: the calling context's state (``enabled``, ``scope``: this context's
+        scope or the process default, and the config keys); ``hooks``: what is
+        installed (``installed``: the interception layer, ``loop_hook``,
+        ``wrappers``); ``environment``: the ``OZAKI_BACKEND*`` variables set, each
+        with ``known`` (False: not a variable the package reads); plus the versions
+        of Python, NumPy, SciPy, CuPy, the cost model's routing thresholds, the
+        moduli table and what is (not) intercepted.
+    """
+    import importlib.util
+    import os
+    import sys
+    import platform
+
+    import numpy as np
+
+    from .._version import __version__
+    from ..plan import Plan
+    from ..registry import cuda_availability as availability
+    from ..spec.moduli import MODULI
+    from ..spec.rules import CERT_C, CERT_DIV, CERT_SMALL, CERT_SMALL_DIV, EXPECTED_BITS
+    from . import numpy_wrappers
+
+    ok, why = availability()
+    cupy = None
+    if "cupy" in sys.modules:
+        cupy = getattr(sys.modules["cupy"], "__version__", "?")
+    try:
+        import scipy
+
+        scipy_version = scipy.__version__
+    except ImportError:
+        scipy_version = None
+    node = config.current()
+    model = costmodel.cost_model()
+    eng_auto, eng_why = routing.resolve_engine(config.DEFAULT_CONFIG)
+    cross = []
+    for n in (256, 512, 1024, 2048, 4096, 8192, 16384):
+        p = Plan(n, n, n)
+        N = p.expected_moduli     # the estimate assumes ordinary data
+        t_h = model.host_seconds(n, n, n)
+        t_e = model.emulated_seconds(n, n, n, 1, p.n_gemms - (p.n_moduli - N) * p.k_split,
+                                     N)
+        cross.append({"n": n, "moduli": N, "host_ms": t_h * 1e3,
+                      "emulated_ms": t_e * 1e3, "routed": t_e < t_h})
+    env_vars = {k: v for k, v in os.environ.items() if k.startswith("OZAKI_BACKEND")}
+    known = config.known_variables()
+    loop_hook = {"extension": loophook.available(),
+                 "extension_path": loophook.extension_path(),
+                 "installed_in_this_process": loophook.installed()}
+    blas_hook = {"platform": blashook.available(), **blashook.status()}
+    return {
+        "version": __version__,
+        "engines": {"cpu": {"available": True, "reason": "NumPy reference engine"},
+                    "cuda": {"available": ok, "reason": why},
+                    "auto": {"engine": eng_auto, "why": eng_why}},
+        "config": {"enabled": node.enabled,
+                   "scope": "context" if config.has_scope() else "process default",
+                   **node.config.as_dict()},
+        "hooks": {"installed": patches.installed(), "loop_hook": loop_hook,
+                  "blas_hook": blas_hook, "wrappers": patches.installed_wrappers()},
+        "ozaki_backend": __version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy_version,
+        "gpu": {"usable": ok, "detail": why},
+        "cupy": cupy,
+        "engine_auto": {"engine": eng_auto, "why": eng_why},
+        "loop_hook": loop_hook,
+        "blas_hook": blas_hook,
+        "state": {"enabled_here": node.enabled, "config": node.config.as_dict(),
+                  "c_state": dict(zip(("active_scopes", "floor"), loophook.state()))},
+        "cost_model": {"host_gflops": model.host_gflops, "host_source": model.host_source,
+                       **{k: getattr(model, k) for k in model.PARAMS},
+                       "floor_mnk": model.floor(), "cubes": cross},
+        "moduli": {"table": list(MODULI),
+                   "fp64": {"rule": "per product, the fewest moduli whose certificate "
+                                    "bounds the truncation error by c u |A||B|, c = "
+                                    f"min(k-1, {CERT_C}, isqrt(k)/{CERT_DIV}) ("
+                                    f"isqrt(k)/{CERT_SMALL_DIV} below {CERT_SMALL} "
+                                    "elements); then the residual pass, then native",
+                            "expected": {str(k): Plan(256, 256, k).expected_moduli
+                                         for k in (64, 1024, 8192, 65536)},
+                            "expected_bits": EXPECTED_BITS}},
+        "intercepted": {
+            "@ / np.matmul": "C inner-loop hook (float64 dd->d loop)",
+            "ndarray.dot, np.cov, held dot":
+                "BLAS call-site hook (NumPy dgemm/dsyrk GOT slots)" if blashook.available()
+                else "not hooked on this platform",
+            **{f"{m}.{a}": ("BLAS call-site hook (no wrapper)"
+                            if blashook.available()
+                            and e in numpy_wrappers.COVERED_BY_BLAS_HOOK
+                            else "module-level wrapper")
+               for m, a, _, e in numpy_wrappers.TARGETS},
+            "scipy.linalg.blas.dgemm": "module-level wrapper (also scipy.linalg._fblas.dgemm)",
+            "scipy.linalg.get_blas_funcs('gemm')": "returns the dgemm wrapper (memo cleared)",
+        },
+        "installed_wrappers": patches.installed_wrappers(),
+        "not_intercepted": ([] if blashook.available() else [
+            "ndarray.dot (method of an immutable type)",
+            "names bound before installation (from numpy import dot)",
+            "NumPy internals holding their own reference (np.cov, tensordot's dot)",
+        ]) + [
+            "SciPy internals and compiled code (expm, cython_blas: SciPy's own BLAS)",
+            "GEMMs inside LAPACK (solve, eig, qr, ...) and compiled extensions",
+            "get_blas_funcs('gemm', ilp64=True) (scipy.linalg._fblas_64)",
+            "float32, complex, integer, object products; ndarray subclasses",
+        ],
+        "environment": {k: {"value": v, "known": k in known} for k, v in env_vars.items()},
+        "start_hook": {"pth_installed": importlib.util.find_spec("_ozaki_backend_start")
+                       is not None},
+    }

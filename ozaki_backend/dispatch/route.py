@@ -34,7 +34,7 @@ import numpy as np
 from .. import _api, _native, _stats, semantics
 from . import config as _config
 from . import routing
-from .log import count_entry, fallback
+from .log import count_entry, decision, fallback
 
 try:
     # The C extension itself (a leaf): this thread's "inside the router" flag, which
@@ -82,7 +82,9 @@ def native(reason: str, entry: str):
     """
     _decided.flag = True
     _stats.record("native", reason)
-    routing.recent.append(routing.Decision(False, reason, entry=entry))
+    d = routing.Decision(False, reason, entry=entry)
+    routing.recent.append(d)
+    decision(d)
     return NOT_ROUTED
 
 
@@ -181,17 +183,23 @@ def routed(cfg, a, b, entry, *, alpha=1.0, beta=0.0, c=None, out=None, fp_name="
     if d.routed and (not finite(a, b) or (c is not None and beta != 0 and not finite(c))):
         d = d.replace(routed=False, reason=NON_FINITE)
     routing.recent.append(d)
+    decision(d)
     if not d.routed:
         _stats.record("native", d.reason)
         return NOT_ROUTED
     flag = [] if overflowed is None else overflowed
     try:
-        with _native.suspended():
+        with _native.suspended(), _config.uncounted():
             res = _api.product(a, b, dict(cfg.opts, engine=d.engine), alpha=alpha,
                                beta=beta, c=c, fp_name=fp_name, overflowed=flag)
             if out is not None:
                 out[...] = res  # a fresh result, then one copy: `out` may alias a or b
                 res = out
+    except Warning as exc:
+        # A warning the user's filters raise as an error (-W error): theirs to see.
+        a = b = c = out = None  # noqa: F841
+        traceback.clear_frames(exc.__traceback__)
+        raise
     except Exception as exc:
         # The operands may be views of NumPy's loop buffers (the loop hook), freed when
         # the loop returns: the traceback that a log record keeps must not leave them
@@ -248,6 +256,8 @@ def make_wrapper(original, impl, entry):
                 _decided.flag = False
                 try:
                     res = impl(cfg, args, kwargs)
+                except Warning:   # raised as an error by the user's warning filters
+                    raise
                 except Exception as exc:  # a bug here must not cost the user a result
                     fallback(entry, exc)
                     _decided.flag = True

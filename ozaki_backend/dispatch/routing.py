@@ -105,15 +105,17 @@ class Decision(tuple):
 
     def __repr__(self):
         what = f"routed to engine={self.engine}" if self.routed else "native"
-        shape = f"({self.m} x {self.k}) @ ({self.k} x {self.n})"
+        shape = f"({self.m} x {self.k}) @ ({self.k} x {self.n}) "
         if self.batch != 1:
             shape = f"{self.batch} x {shape}"
+        if not (self.m or self.n or self.k):  # no matrix product (explain() of vectors)
+            shape = ""
         est = ""
         if self.est_host_s is not None:
             est = (f" [est. host BLAS {self.est_host_s * 1e3:.3g} ms, emulated "
                    f"{self.est_emulated_s * 1e3:.3g} ms]")
         entry = f"{self.entry}: " if self.entry else ""
-        return f"{entry}{shape} {what}: {self.reason}{est}"
+        return f"{entry}{shape}{what}: {self.reason}{est}"
 
     __str__ = __repr__
 

@@ -67,6 +67,8 @@ class OzakiArray(np.ndarray):
         cfg = _forced_config(_config.current().config)
         try:
             res = impl(cfg, pargs, pkw)
+        except Warning:   # raised as an error by the user's warning filters
+            raise
         except Exception as exc:
             fallback(f"wrap: {getattr(func, '__name__', func)}", exc)
             res = NOT_ROUTED
@@ -117,6 +119,8 @@ def _matmul(a, b, out):
                 res = route.routed(cfg, a, b, "wrap: @", fp_name="matmul")
     except ValueError:
         res = NOT_ROUTED  # stacks do not broadcast: NumPy raises below
+    except Warning:   # raised as an error by the user's warning filters
+        raise
     except Exception as exc:
         fallback("wrap: @", exc)
         res = NOT_ROUTED

@@ -113,9 +113,12 @@ def test_start_hook_truth_values():
 
     for value, want in [(None, False), ("", False), ("0", False), ("off", False),
                         (" False ", False), ("no", False), ("1", True), ("yes", True),
-                        ("on", True), ("anything", True)]:
+                        ("on", True), ("ON", True), ("anything", False)]:
         e = {} if value is None else {"OZAKI_BACKEND": value}
-        assert _start.requested(e) is want and env.requested(e) is want
+        assert env.requested(e) is want
+        # The start hook wakes up for any value that is not off, so that activation
+        # can warn about an invalid one.
+        assert _start.requested(e) is (want or value == "anything")
 
 
 def test_pth_hook_imports_nothing_when_unset_and_waits_for_numpy_when_set():
@@ -146,8 +149,58 @@ def test_env_var_routes_an_unmodified_script(tmp_path, expected):
     # an invalid variable: a warning naming it, and the script runs untouched
     p = _py([str(script), str(npz)], _env(OZAKI_BACKEND="1", OZAKI_BACKEND_ENGINE="cpu",
                                           OZAKI_BACKEND_MODULI="99"))
-    assert "OZAKI_BACKEND_MODULI='99'" in p.stderr and "not activated" in p.stderr
+    assert "OZAKI_BACKEND_MODULI='99'" in p.stderr and "stays off" in p.stderr
+    assert "ConfigurationWarning" in p.stderr and "Traceback" not in p.stderr
     _check_native(npz, expected)
+
+
+def test_configuration_typos_warn_and_never_stop_the_program(tmp_path, expected):
+    script = tmp_path / "prog.py"
+    script.write_text(SCRIPT)
+    npz = tmp_path / "out.npz"
+    # Values are case-insensitive: ENGINE=CPU is engine="cpu".
+    _py([str(script), str(npz)], _env(OZAKI_BACKEND="On", OZAKI_BACKEND_ENGINE="CPU",
+                                      OZAKI_BACKEND_MIN_SIZE="0"))
+    _check_routed(npz, expected)
+    # A misspelt variable: a warning with a suggestion (the rest still applies).
+    p = _py([str(script), str(npz)], _env(OZAKI_BACKEND="1", OZAKI_BACKEND_ENGINE="cpu",
+                                          OZAKI_BACKEND_MIN_SIZE="0", OZAKI_BACKEND_MODULU="9"))
+    assert "unknown variable OZAKI_BACKEND_MODULU" in p.stderr
+    assert "did you mean OZAKI_BACKEND_MODULI?" in p.stderr
+    _check_routed(npz, expected)
+    # OZAKI_BACKEND=maybe is not a switch: warned, the backend stays off.
+    p = _py([str(script), str(npz)], _env(OZAKI_BACKEND="maybe", OZAKI_BACKEND_ENGINE="cpu",
+                                          OZAKI_BACKEND_MIN_SIZE="0"))
+    assert "OZAKI_BACKEND='maybe'" in p.stderr and "stays off" in p.stderr
+    _check_native(npz, expected)
+    # A host rate of 0 or -5: warned with the variable named, the rate measured, and
+    # no product ever divides by it (the cost model decides with engine='auto').
+    for rate in ("0", "-5", "fast"):
+        p = _py(["-c", "import numpy as np; a = np.ones((300, 300)); a @ a; print('ok')"],
+                _env(OZAKI_BACKEND="1", OZAKI_BACKEND_HOST_GFLOPS=rate,
+                     OZAKI_BACKEND_LOG="warning"))
+        assert p.stdout.strip() == "ok", p.stderr
+        assert f"OZAKI_BACKEND_HOST_GFLOPS={rate!r}" in p.stderr
+        assert "ZeroDivisionError" not in p.stderr and "Traceback" not in p.stderr
+    # -W error turns the warning into an error where the user asked for it.
+    p = _py(["-W", "error::UserWarning", "-c", "import ozaki_backend"],
+            _env(OZAKI_BACKEND_ENGIN="cpu"), check=False)
+    assert p.returncode != 0 and "did you mean OZAKI_BACKEND_ENGINE?" in p.stderr
+
+
+def test_log_debug_shows_every_routing_decision(tmp_path):
+    code = ("import numpy as np, ozaki_backend as ob\n"
+            "a = np.ones((8, 8))\n"
+            "with ob.enabled(engine='cpu', min_size=100):\n"
+            "    a @ a; np.dot(a, a); np.dot(a[:2, :2], a[:2, :2])\n"
+            "    a[:2, :2] @ a[:2, :2]; a @ a[0]\n")
+    p = _py(["-c", code], _env(OZAKI_BACKEND_LOG="debug"))
+    lines = [ln for ln in p.stderr.splitlines() if "decision:" in ln]
+    # The last two never leave the C hook's fast path (below every floor, matrix-vector
+    # shaped): they are counted in stats()["c_fast_path"], not logged.
+    assert len(lines) == 3, p.stderr
+    assert "routed to engine=cpu" in lines[0] and "np.dot" in lines[1]
+    assert "below min_size" in lines[2]
 
 
 def test_run_command_script_argv_exit_code_and_children(tmp_path, expected):
@@ -183,7 +236,7 @@ def test_run_command_module_and_code(tmp_path, expected):
 
 
 def test_run_command_usage_errors(capsys, monkeypatch):
-    from ozaki_backend.dispatch import cli, config
+    from ozaki_backend.dispatch import cli, config, env
 
     for k in [k for k in os.environ if k.startswith("OZAKI_BACKEND")]:
         monkeypatch.delenv(k)
@@ -192,12 +245,15 @@ def test_run_command_usage_errors(capsys, monkeypatch):
                        ([], "nothing to run"),
                        (["no_such_script.py"], "can't open file"),
                        (["--engine"], "expected one argument"),
-                       (["-m"], "expected one argument")]:
-        assert cli.run_main(argv) == 2
+                       (["-m"], "expected one argument"),
+                       (["--min-size", "x", "-c", "pass"], "min_size must be")]:
+        assert cli.run_main(argv) == 2, argv
         assert word in capsys.readouterr().err
+    # An invalid variable is not a usage error: warned, and the program runs natively.
     monkeypatch.setenv("OZAKI_BACKEND_MIN_SIZE", "x")
-    assert cli.run_main(["-c", "pass"]) == 2
-    assert "OZAKI_BACKEND_MIN_SIZE='x'" in capsys.readouterr().err
+    with pytest.warns(ob.ConfigurationWarning, match="OZAKI_BACKEND_MIN_SIZE='x'"):
+        monkeypatch.setattr(env, "_reported", False)   # once per process otherwise
+        assert cli.run_main(["-c", "import sys; sys.exit(4)"]) == 4
     assert cli.run_main(["--help"]) == 0 and "usage" in capsys.readouterr().out
     assert not config.current().enabled   # nothing was enabled by the failed runs
 
@@ -213,7 +269,8 @@ def test_info_command(capsys, monkeypatch):
         assert word in out, word
     assert cli.info_main(["--json"]) == 0
     info = json.loads(capsys.readouterr().out)
-    assert info["loop_hook"]["extension"] is True
+    assert info["loop_hook"]["extension"] is True and info["version"] == ob.__version__
+    assert set(info) >= {"version", "engines", "config", "hooks"}
     assert info["start_hook"]["pth_installed"] is True, "pip install did not place the .pth"
     assert info["moduli"]["table"][:3] == [256, 255, 253]
     assert cli.info_main(["--bogus"]) == 2

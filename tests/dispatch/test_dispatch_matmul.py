@@ -5,6 +5,7 @@ places, so every test can tell a routed product from a native one.
 """
 
 import contextlib
+import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -209,13 +210,16 @@ def test_exception_in_routed_path_falls_back_and_is_counted(monkeypatch, caplog)
         raise RuntimeError("engine exploded")
 
     monkeypatch.setattr(route._api, "product", broken)
-    with ob.enabled(**CPU):
+    caplog.set_level(logging.DEBUG, logger="ozaki_backend")
+    with ob.enabled(**CPU), pytest.warns(ob.FallbackWarning, match="engine exploded"):
         r = a @ b
     assert same(r, nat)
     s = ob.stats()
     assert s["fallback"] == 1 and s["routed"] == 0
-    assert "RuntimeError: engine exploded" in next(iter(s["reasons"]["fallback"]))
-    # The logged traceback must not keep views of the (freed) loop buffers reachable.
+    assert s["reasons"]["fallback"] == {"@/np.matmul: error (RuntimeError)": 1}
+    assert s.details["fallback"]["@/np.matmul: error (RuntimeError)"] == \
+        "RuntimeError: engine exploded"
+    # The logged traceback (DEBUG) must not keep views of the (freed) loop buffers reachable.
     (record,) = [r for r in caplog.records if r.exc_info]
     tb = record.exc_info[2]
     while tb is not None:
