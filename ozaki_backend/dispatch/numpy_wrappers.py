@@ -33,7 +33,8 @@ import math
 
 import numpy as np
 
-from .route import (F64, NOT_ROUTED, bind, dims_reason, native, ok_out, pair_reason,
+from .route import (C128, F64, NOT_ROUTED, bind, dims_reason, native, ok_out, pair_reason,
+                    result_dtype,
                     routed)
 
 
@@ -71,7 +72,7 @@ def route_dot(cfg, args, kwargs):
     if b.shape[0] != k:
         return NOT_ROUTED  # NumPy raises its own error
     shape = a.shape[:-1] + (b.shape[1],)
-    if out is not None and not ok_out(out, shape):
+    if out is not None and not ok_out(out, shape, dtype=result_dtype(a, b)):
         return NOT_ROUTED
     # Explicit row count: reshape(-1, 0) is ambiguous and raises for k == 0.
     res = routed(cfg, a.reshape(math.prod(a.shape[:-1]), k), b, "np.dot")
@@ -187,8 +188,8 @@ def route_multi_dot(cfg, args, kwargs):
         return NOT_ROUTED
     if any(type(x) is not np.ndarray for x in arrays):
         return native("operand is not a plain numpy.ndarray", "np.linalg.multi_dot")
-    if any(x.dtype != F64 for x in arrays):
-        return native("product is not float64", "np.linalg.multi_dot")
+    if any(x.dtype not in (F64, C128) for x in arrays):
+        return native("product is not float64 or complex128", "np.linalg.multi_dot")
     if len(arrays) == 2:
         return route_dot(cfg, (arrays[0], arrays[1]), {"out": out})
     nd_first, nd_last = arrays[0].ndim, arrays[-1].ndim
@@ -201,7 +202,7 @@ def route_multi_dot(cfg, args, kwargs):
     if any(x.shape[1] != y.shape[0] for x, y in zip(arrays, arrays[1:])):
         return NOT_ROUTED
     final_shape = (arrays[0].shape[0], arrays[-1].shape[1])
-    if out is not None and not ok_out(out, final_shape):
+    if out is not None and not ok_out(out, final_shape, dtype=result_dtype(*arrays)):
         return NOT_ROUTED
 
     def prod(x, y):
@@ -288,7 +289,7 @@ def route_einsum(cfg, args, kwargs):
     if any(c not in outs and c not in contr for c in sa + sb) or not contr:
         return native("not a matrix product (einsum subscripts)", "np.einsum")
     shape = [size[c] for c in outs]
-    if out is not None and not ok_out(out, shape, c_order=False):
+    if out is not None and not ok_out(out, shape, c_order=False, dtype=result_dtype(a, b)):
         return NOT_ROUTED
     nb, ni, nj, nk = (math.prod(size[c] for c in g) for g in (batch, free_a, free_b, contr))
     at = a.transpose([sa.index(c) for c in batch + free_a + contr]).reshape(nb, ni, nk)
@@ -320,7 +321,7 @@ def _einsum_output(a, b, sa, sb, outs):
         op_axes=[[sa.index(c) if c in sa else -1 for c in labels],
                  [sb.index(c) if c in sb else -1 for c in labels],
                  [outs.index(c) if c in outs else -1 for c in labels]],
-        order="K", op_dtypes=[None, None, F64], casting="safe")
+        order="K", op_dtypes=[None, None, result_dtype(a, b)], casting="safe")
     return it.operands[2]
 
 

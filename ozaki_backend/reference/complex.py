@@ -19,10 +19,11 @@ Stages (mirrored by ``cuda/complex.py``): equilibrate -> statistics of the embed
 (moduli count) -> truncate -> residues -> Gaussian map -> two modular GEMMs per
 modulus -> recombination -> CRT -> certificate.
 
-A product with one real operand is the real scheme's product of the real operand with
-the stacked parts of the other (``A @ [Br, Bi]`` or ``[Ar; Ai] @ B``): the imaginary
-part of the real operand is exactly zero, so this is the same exact product, at ``k``
-rather than ``2k`` and with one real product per modulus.
+A product with one real operand — real dtype, or complex with every imaginary part
+zero — is the real scheme's product of the real operand with the stacked parts of the
+other (``A @ [Br, Bi]`` or ``[Ar; Ai] @ B``): the imaginary part of the real operand is
+exactly zero, so this is the same exact product, at ``k`` rather than ``2k`` and with
+one real product per modulus.
 """
 
 from __future__ import annotations
@@ -71,6 +72,16 @@ def compose(re, im):
     out.real = re
     out.imag = im
     return out
+
+
+def real_if_exact(X):
+    """``X`` itself, or its real part (float64) when ``X`` is complex with every
+    imaginary part zero: a complex operand that holds real values is multiplied as a
+    real one (§11.5), so ``A_real @ B`` gives the same bits whether or not ``A_real``
+    was promoted to complex128 first (as NumPy's ``@`` does before its loop)."""
+    if np.iscomplexobj(X) and not X.imag.any():
+        return np.ascontiguousarray(X.real)
+    return X
 
 
 def equilibrate_parts(Ar, Ai, Br, Bi):
@@ -269,6 +280,11 @@ def complex_2d(A, B, plan, *, want_bound=False) -> ComplexProduct:
     if m == 0 or n == 0 or k == 0:
         return ComplexProduct(np.zeros((m, n), dtype=np.complex128),
                               np.zeros((m, n)) if want_bound else None, 0, CERTIFIED)
+    A, B = real_if_exact(A), real_if_exact(B)
+    if not (np.iscomplexobj(A) or np.iscomplexobj(B)):
+        res = pipeline.ozaki2_2d(A, B, plan, want_bound=want_bound)
+        return ComplexProduct(compose(res.C, np.zeros_like(res.C)), res.bound,
+                              res.n_moduli, res.outcome)
     if not (np.iscomplexobj(A) and np.iscomplexobj(B)):
         return _mixed_2d(A, B, plan, want_bound)      # records its own statistics
     res = _complex_2d(A, B, plan, want_bound)
@@ -281,7 +297,9 @@ def complex_2d(A, B, plan, *, want_bound=False) -> ComplexProduct:
 def moduli_for(A, B, plan):
     """The moduli count ``plan`` uses for the complex product ``A @ B`` (complex table
     when both operands are complex; the real scheme's count for a real/complex mix)."""
-    A, B = np.asarray(A), np.asarray(B)
+    A, B = real_if_exact(np.asarray(A)), real_if_exact(np.asarray(B))
+    if not (np.iscomplexobj(A) or np.iscomplexobj(B)):
+        return pipeline.moduli_for(A, B, plan)
     if not (np.iscomplexobj(A) and np.iscomplexobj(B)):
         if np.iscomplexobj(B):
             return pipeline.moduli_for(A, np.hstack([B.real, B.imag]), plan)
