@@ -1,0 +1,257 @@
+"""The complex scheme's scaling and certificate without materialising the embedding
+(``docs/spec.md`` §11.1), for NumPy or CuPy arrays.
+
+The reference (``reference/complex.py``) builds the real embedding
+``Â = [Ar, -Ai]`` (m x 2k), ``B̂ = [[Br, Bi], [Bi, -Br]]`` (2k x 2n) and runs the real
+scheme's statistics on it. Here the same integers are computed from the four parts
+directly: column ``j`` and ``n + j`` of ``B̂`` hold the same magnitudes, so every row /
+column statistic is a combination of the parts' own, and the bound GEMM splits into
+``P_re = [αr, αi][βr; βi]`` and ``P_im = [αr, αi][βi; βr]`` — half the memory and no
+copy of ``B``. Every quantity is an exact integer (or a power of two), so the results
+are the reference's bit for bit whatever the array library; ``tests/reference``
+checks that on NumPy arrays, ``tests/cuda`` on the device.
+
+This module imports neither CuPy nor any other engine: the caller passes the array
+module ``xp`` and the bound GEMM (``bound_gemm(X, Y)``: the exact float64 product of
+two non-negative integer matrices with entries <= 127, e.g. cuBLAS INT8 on the GPU).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from ..spec import certificate as spec
+from ..spec.complex_moduli import MAX_COMPLEX_MODULI, complex_crt_constants
+from ..spec.moduli import MIN_MODULI
+from ..spec.rules import BOUND_D, fast_quant_bits
+
+_LOW = -(1 << 20)
+_HIGH = 1 << 20
+_NO_EXP = np.iinfo(np.int64).min
+NO_THRESHOLD = -(1 << 31)
+
+
+class EmbeddingStats(NamedTuple):
+    """The reference's :class:`~ozaki_backend.reference.scaling.Statistics` of the
+    embedding (same field names and values; ``k`` is ``2k``, B's side has ``2n``)."""
+
+    k: int
+    E: object
+    F: object
+    nzA: object
+    nzB: object
+    xA: object
+    yB: object
+    SA: object
+    nA: object
+    SB: object
+    nB: object
+    P: object
+    U: object
+    SqA: object
+    SqB: object
+    loA: object
+    hiA: object
+    loB: object
+    hiB: object
+
+
+# --------------------------------------------------------------------------- stage 0
+
+def _k_exponents(xp, X, axis):
+    _, e = xp.frexp(X)
+    nz = X != 0
+    e = e.astype(np.int64)
+    return (xp.where(nz, e, _LOW).max(axis=axis), xp.where(nz, e, _HIGH).min(axis=axis))
+
+
+def equilibration(xp, Ar, Ai, Br, Bi):
+    """``S`` (int64, k): the rule of ``docs/spec.md`` §2.1 on ``[Ar; Ai]`` and
+    ``[Br, Bi]`` (reference: ``equilibrate.shifts`` of the stacked parts)."""
+    ar, ar_min = _k_exponents(xp, Ar, 0)
+    ai, ai_min = _k_exponents(xp, Ai, 0)
+    br, br_min = _k_exponents(xp, Br, 1)
+    bi, bi_min = _k_exponents(xp, Bi, 1)
+    a_max, a_min = xp.maximum(ar, ai), xp.minimum(ar_min, ai_min)
+    b_max, b_min = xp.maximum(br, bi), xp.minimum(br_min, bi_min)
+    both = (a_max != _LOW) & (b_max != _LOW)
+    if not bool(both.any()):
+        return xp.zeros(Ar.shape[1], dtype=np.int64)
+    d = (a_max - a_max.max()) - (b_max - b_max.max())
+    raw = xp.where(both, xp.sign(d) * (xp.abs(d) // 2), 0)
+    hi = xp.minimum(xp.maximum(0, a_min + 1021), 1024 - xp.where(both, b_max, 0))
+    lo = xp.maximum(-xp.maximum(0, b_min + 1021), xp.where(both, a_max, 0) - 1024)
+    return xp.clip(raw, lo, hi).astype(np.int64)
+
+
+def equilibrate(xp, Ar, Ai, Br, Bi):
+    """The four parts scaled by ``2^-S`` (A) and ``2^S`` (B), exactly."""
+    S = equilibration(xp, Ar, Ai, Br, Bi)
+    if not bool(S.any()):
+        return Ar, Ai, Br, Bi
+    Sa = (-S[None, :]).astype(np.int32)
+    Sb = S[:, None].astype(np.int32)
+    return xp.ldexp(Ar, Sa), xp.ldexp(Ai, Sa), xp.ldexp(Br, Sb), xp.ldexp(Bi, Sb)
+
+
+# --------------------------------------------------------------------------- statistics
+
+def _row_max_exp(xp, X):
+    _, e = xp.frexp(X)
+    return xp.where(X != 0, e.astype(np.int64), _NO_EXP).max(axis=1)
+
+
+def _thresholds(xp, X):
+    """Per-row maximum of the exactness thresholds (reference ``exact_thresholds``)."""
+    f, e = xp.frexp(X)
+    M = xp.ldexp(xp.abs(f), 53).astype(np.int64)
+    low = M & -M
+    z = xp.frexp(low.astype(np.float64))[1].astype(np.int64) - 1
+    thr = xp.where(X != 0, 53 - e.astype(np.int64) - z, NO_THRESHOLD)
+    return thr.max(axis=1)
+
+
+def _first_last(xp, X):
+    """``(first, last)`` column of a non-zero entry per row (``-1`` where none)."""
+    cols = X.shape[1]
+    nz = X != 0
+    idx = xp.arange(cols, dtype=np.int64)
+    first = xp.where(nz, idx[None, :], cols).min(axis=1)
+    last = xp.where(nz, idx[None, :], -1).max(axis=1)
+    return xp.where(first == cols, -1, first), last
+
+
+def _ranges(xp, X1, X2, k):
+    """``(lo, hi)`` of rows ``[X1_i, X2_i]`` (2k columns): reference ``k_ranges``."""
+    f1, l1 = _first_last(xp, X1)
+    f2, l2 = _first_last(xp, X2)
+    lo = xp.where(f1 >= 0, f1, xp.where(f2 >= 0, k + f2, 2 * k))
+    hi = xp.where(l2 >= 0, k + l2, l1)
+    return lo.astype(np.int64), hi.astype(np.int64)
+
+
+def _quantize(xp, X, E, D):
+    x = xp.ldexp(xp.abs(X), (D - E).astype(np.int32)[:, None])
+    a = xp.maximum(xp.ceil(x), 1.0)
+    return xp.where(X == 0, 0.0, a)
+
+
+def statistics(xp, Ar, Ai, Br, Bi, mode, bound_gemm) -> EmbeddingStats:
+    """The statistics of the embedding of the (equilibrated) parts."""
+    m, k = Ar.shape
+    n = Br.shape[1]
+    Er, Ei = _row_max_exp(xp, Ar), _row_max_exp(xp, Ai)
+    EA = xp.maximum(Er, Ei)
+    nzA = EA != _NO_EXP
+    E = xp.where(nzA, EA, 0)
+    BrT, BiT = Br.T, Bi.T                       # rows = the columns of B
+    FB = xp.maximum(_row_max_exp(xp, BrT), _row_max_exp(xp, BiT))
+    nzb = FB != _NO_EXP
+    F = xp.where(nzb, FB, 0)
+    sa = (BOUND_D - E).astype(np.int32)[:, None]
+    sb = (BOUND_D - F).astype(np.int32)[:, None]
+    ar = xp.floor(xp.ldexp(xp.abs(Ar), sa))
+    ai = xp.floor(xp.ldexp(xp.abs(Ai), sa))
+    br = xp.floor(xp.ldexp(xp.abs(BrT), sb))    # (n, k)
+    bi = xp.floor(xp.ldexp(xp.abs(BiT), sb))
+    alpha = xp.concatenate([ar, ai], axis=1)    # (m, 2k)
+    P_re = bound_gemm(alpha, xp.concatenate([br, bi], axis=1))   # (m, n)
+    P_im = bound_gemm(alpha, xp.concatenate([bi, br], axis=1))
+    P = xp.concatenate([P_re, P_im], axis=1)
+    SA = ar.sum(axis=1) + ai.sum(axis=1)
+    sbv = br.sum(axis=1) + bi.sum(axis=1)
+    nA = ((Ar != 0).sum(axis=1) + (Ai != 0).sum(axis=1)).astype(np.float64)
+    nbv = ((BrT != 0).sum(axis=1) + (BiT != 0).sum(axis=1)).astype(np.float64)
+    SB, nB = xp.concatenate([sbv, sbv]), xp.concatenate([nbv, nbv])
+    F2, nzB = xp.concatenate([F, F]), xp.concatenate([nzb, nzb])
+    both = nzA[:, None] & nzB[None, :]
+    U = xp.where(both, P + SA[:, None] + SB[None, :]
+                 + xp.minimum(nA[:, None], nB[None, :]), 0.0)
+    SqA = SqB = None
+    if mode == "fast":
+        D = fast_quant_bits(2 * k)
+        SqA = (xp.square(_quantize(xp, Ar, E, D)).sum(axis=1)
+               + xp.square(_quantize(xp, Ai, E, D)).sum(axis=1))
+        sq = (xp.square(_quantize(xp, BrT, F, D)).sum(axis=1)
+              + xp.square(_quantize(xp, BiT, F, D)).sum(axis=1))
+        SqB = xp.concatenate([sq, sq])
+    xA = xp.maximum(_thresholds(xp, Ar), _thresholds(xp, Ai))
+    yb = xp.maximum(_thresholds(xp, BrT), _thresholds(xp, BiT))
+    loA, hiA = _ranges(xp, Ar, Ai, k)
+    lo1, hi1 = _ranges(xp, BrT, BiT, k)         # column j:     [Br_j; Bi_j]
+    lo2, hi2 = _ranges(xp, BiT, BrT, k)         # column n + j: [Bi_j; -Br_j]
+    return EmbeddingStats(2 * k, E, F2, nzA, nzB, xA, xp.concatenate([yb, yb]), SA, nA,
+                          SB, nB, P, U, SqA, SqB, loA, hiA,
+                          xp.concatenate([lo1, lo2]), xp.concatenate([hi1, hi2]))
+
+
+# --------------------------------------------------------------------------- shifts
+
+def _lambda(xp, x, H_f):
+    mh, eh = math.frexp(H_f)
+    mx, ex = xp.frexp(x)
+    return eh - ex.astype(np.int64) - (mx > mh).astype(np.int64)
+
+
+def shifts(xp, st: EmbeddingStats, n_moduli: int, mode: str):
+    """``(s, t)`` (int64; ``t`` of length ``2n``, tied) for ``n_moduli`` complex moduli
+    (reference: ``complex.shifts``)."""
+    H_f = complex_crt_constants(n_moduli).H_f
+    if mode == "fast":
+        D = fast_quant_bits(st.k)
+        qa = _lambda(xp, xp.where(st.nzA, st.SqA, 1.0), H_f) // 2
+        qb = _lambda(xp, xp.where(st.nzB, st.SqB, 1.0), H_f) // 2
+        s = xp.where(st.nzA, qa + D - st.E, 0).astype(np.int64)
+        t = xp.where(st.nzB, qb + D - st.F, 0).astype(np.int64)
+    else:
+        U = st.U
+        r = xp.maximum(U.max(axis=1), 1.0)
+        sigma = _lambda(xp, r, H_f) // 2
+        lam1 = int(_lambda(np, np.array([1.0]), H_f)[0])
+        big = np.iinfo(np.int64).max
+        pos = U > 0
+        lamU = xp.where(pos, _lambda(xp, xp.where(pos, U, 1.0), H_f), big)
+        tau = xp.min(xp.where(pos, lamU - sigma[:, None], big), axis=0)
+        tau = xp.where(tau == big, lam1 - lam1 // 2, tau)
+        s = xp.where(st.nzA, sigma + BOUND_D - st.E, 0).astype(np.int64)
+        t = xp.where(st.nzB, tau + BOUND_D - st.F, 0).astype(np.int64)
+    n = t.shape[0] // 2
+    tc = xp.minimum(t[:n], t[n:])
+    return s, xp.concatenate([tc, tc])
+
+
+# --------------------------------------------------------------------------- certificate
+
+def cert_data(st: EmbeddingStats) -> spec.CertData:
+    return spec.CertData(st.k, st.E, st.F, st.xA, st.yB, st.SA + st.nA, st.SB + st.nB,
+                         st.nA, st.nB, st.loA, st.hiA, st.loB, st.hiB, st.P)
+
+
+def choose_count(xp, st: EmbeddingStats, mode: str):
+    """``(N, all_certified)``: the reference's ``complex.choose_count`` (the largest
+    per-element count) found as the smallest count at which every element passes — the
+    same number, since the test is monotone in the count — by bisection."""
+    d = cert_data(st)
+    limit = spec.target(d)
+
+    def all_pass(N):
+        s, t = shifts(xp, st, N, mode)
+        return bool(spec.passes(d, s, t, limit).all())
+
+    if not all_pass(MAX_COMPLEX_MODULI):
+        return MAX_COMPLEX_MODULI, False
+    lo, hi = MIN_MODULI, MAX_COMPLEX_MODULI
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if all_pass(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi, True
+
+
+__all__ = ["EmbeddingStats", "equilibration", "equilibrate", "statistics", "shifts",
+           "cert_data", "choose_count"]
