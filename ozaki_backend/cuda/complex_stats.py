@@ -141,8 +141,7 @@ def _quantize(xp, X, E, D):
 
 def statistics(xp, Ar, Ai, Br, Bi, mode, bound_gemm) -> EmbeddingStats:
     """The statistics of the embedding of the (equilibrated) parts."""
-    m, k = Ar.shape
-    n = Br.shape[1]
+    k = Ar.shape[1]
     Er, Ei = _row_max_exp(xp, Ar), _row_max_exp(xp, Ai)
     EA = xp.maximum(Er, Ei)
     nzA = EA != _NO_EXP
