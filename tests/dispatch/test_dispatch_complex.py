@@ -78,3 +78,30 @@ def test_complex64_is_left_alone():
     with ob.disabled():
         assert_same_bits(C, np.matmul(A, B))
         assert_same_bits(d, np.dot(A, B))
+
+
+def test_scipy_zgemm_is_routed():
+    blas = pytest.importorskip("scipy.linalg.blas")
+    rng = np.random.default_rng(4)
+    A, B = cmat((14, 22), rng), cmat((22, 9), rng)
+    C0 = np.asfortranarray(cmat((14, 9), rng))
+    ref = ob.matmul(A, B, engine="cpu")
+    refh = ob.matmul(A.conj().T.conj().T, B, engine="cpu")      # the same product
+    with ob.enabled(engine="cpu", min_size=0):
+        ob.reset_stats()
+        r1 = blas.zgemm(1.0, A, B)
+        r2 = blas.zgemm(1.0, A.conj().T, B, trans_a=2)          # (A^H)^H = A
+        r3 = blas.zgemm(2.0 - 1j, A, B, beta=0.5, c=C0)
+        gemm = blas.get_blas_funcs("gemm", (A, B))
+        r4 = gemm(1.0, A, B)
+        routed = ob.stats()["routed_by_entry"].get("scipy zgemm", 0)
+    assert routed == 4
+    assert r1.flags.f_contiguous
+    assert_same_bits(np.ascontiguousarray(r1), ref)
+    assert_same_bits(np.ascontiguousarray(r2), refh)
+    assert_same_bits(np.ascontiguousarray(r4), ref)
+    with np.errstate(all="ignore"):
+        expect = (2.0 - 1j) * ref + 0.5 * C0
+    assert_same_bits(np.ascontiguousarray(r3), np.ascontiguousarray(expect))
+    with ob.disabled():
+        assert blas.zgemm.__name__ == "zgemm"
