@@ -31,6 +31,7 @@ from ..semantics import apply_alpha_beta
 from ..spec import certificate as spec
 from ..spec.complex_moduli import MAX_COMPLEX_MODULI, complex_crt_constants, \
     complex_moduli_for_bits
+from ..spec.moduli import KSPLIT
 from . import complex_stats, crt, loader, modgemm, pipeline
 from ._common import KPAD, LDC_PAD, blocks, round_up
 from ._prelude import complex_crt_prelude
@@ -102,6 +103,30 @@ def recombine(C1, C2, n_moduli, rows, cols):
     return RE, IM
 
 
+def products(RA, RB, n_moduli, rows, cols, kpad):
+    """int32 planes ``(N, rows, ldc)`` congruent modulo the complex moduli to the
+    products of the residue planes: the real engine's INT8 GEMMs, one call per k chunk
+    of at most ``KSPLIT`` (its own fold between chunks reduces modulo the real table,
+    so longer reductions are cut here and the chunks reduced modulo the complex moduli
+    in between; every chunk product is exact in int32)."""
+    ldc = round_up(cols, LDC_PAD)
+    C = cupy.empty((n_moduli, rows, ldc), dtype=np.int32)
+    if kpad <= KSPLIT:
+        modgemm.products_into(RA, RB, C, n_moduli, rows, cols, kpad)
+        return C
+    p = _device_tables(n_moduli)[0].reshape(n_moduli, 1, 1)
+    C.fill(0)
+    part = cupy.empty_like(C)
+    for k0 in range(0, kpad, KSPLIT):
+        kc = min(KSPLIT, kpad - k0)
+        modgemm.products_into(cupy.ascontiguousarray(RA[:, :, k0:k0 + kc]),
+                              cupy.ascontiguousarray(RB[:, :, k0:k0 + kc]), part,
+                              n_moduli, rows, cols, kc)
+        C += part % p             # floor remainder: [0, p); C stays below 2 * 255
+        C %= p
+    return C
+
+
 def integer_product_into(Ar, Ai, Br, Bi, s, t, n_moduli, out):
     """``out = RN(Re A'B' 2^(-s-t)) + i RN(Im A'B' 2^(-s-t))`` (complex128 ``(m, n)``)
     for the Gaussian integers of the equilibrated parts with exponents ``s`` (m,) and
@@ -113,11 +138,8 @@ def integer_product_into(Ar, Ai, Br, Bi, s, t, n_moduli, out):
     UA, VA = residue_planes(cupy.ascontiguousarray(Ar), cupy.ascontiguousarray(Ai), s, N)
     UB, VB = residue_planes(cupy.ascontiguousarray(Br.T), cupy.ascontiguousarray(Bi.T),
                             t, N)
-    ldc = round_up(n, LDC_PAD)
-    C1 = cupy.empty((N, m, ldc), dtype=np.int32)
-    C2 = cupy.empty((N, m, ldc), dtype=np.int32)
-    modgemm.products_into(UA, UB, C1, N, m, n, kpad)
-    modgemm.products_into(VA, VB, C2, N, m, n, kpad)
+    C1 = products(UA, UB, N, m, n, kpad)
+    C2 = products(VA, VB, N, m, n, kpad)
     del UA, VA, UB, VB
     RE, IM = recombine(C1, C2, N, m, n)
     del C1, C2

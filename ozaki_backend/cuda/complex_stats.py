@@ -24,9 +24,11 @@ from typing import NamedTuple
 import numpy as np
 
 from ..spec import certificate as spec
-from ..spec.complex_moduli import MAX_COMPLEX_MODULI, complex_crt_constants
+from ..spec.complex_moduli import (MAX_COMPLEX_MODULI, complex_crt_constants,
+                                   complex_moduli_for_bits)
 from ..spec.moduli import MIN_MODULI
-from ..spec.rules import BOUND_D, fast_quant_bits
+from ..spec.rules import (BOUND_D, CERT_C, EXPECTED_BITS, certificate_factor,
+                          fast_quant_bits)
 
 _LOW = -(1 << 20)
 _HIGH = 1 << 20
@@ -229,10 +231,25 @@ def cert_data(st: EmbeddingStats) -> spec.CertData:
                          st.nA, st.nB, st.loA, st.hiA, st.loB, st.hiB, st.P)
 
 
+def expected_count(k: int, elements: int) -> int:
+    """Where the count search starts (``elements``: of the embedding, ``2 m n``, as the
+    certificate's factor counts them): the complex analogue of
+    :func:`~ozaki_backend.spec.rules.expected_moduli` (the fewest complex moduli whose
+    guaranteed bits at ``2k`` reach ``EXPECTED_BITS``, plus half a bit per halving of
+    the target's factor below ``CERT_C``). Only a starting point: the count found does
+    not depend on it."""
+    c = certificate_factor(2 * k, elements)
+    extra = round(math.log2(CERT_C / c) / 2) if c > 0 else 0
+    return complex_moduli_for_bits(EXPECTED_BITS + extra, k)
+
+
 def choose_count(xp, st: EmbeddingStats, mode: str):
     """``(N, all_certified)``: the reference's ``complex.choose_count`` (the largest
     per-element count) found as the smallest count at which every element passes — the
-    same number, since the test is monotone in the count — by bisection."""
+    same number, since the test is monotone in the count. The search starts at
+    :func:`expected_count` and walks down while every element passes, or up until they
+    do (usually two evaluations of the test, each a few passes over the ``m x 2n``
+    bound matrix)."""
     d = cert_data(st)
     limit = spec.target(d)
 
@@ -240,16 +257,17 @@ def choose_count(xp, st: EmbeddingStats, mode: str):
         s, t = shifts(xp, st, N, mode)
         return bool(spec.passes(d, s, t, limit).all())
 
-    if not all_pass(MAX_COMPLEX_MODULI):
-        return MAX_COMPLEX_MODULI, False
-    lo, hi = MIN_MODULI, MAX_COMPLEX_MODULI
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if all_pass(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return hi, True
+    N = min(max(expected_count(st.k // 2, st.P.shape[0] * st.P.shape[1]),
+                MIN_MODULI), MAX_COMPLEX_MODULI)
+    if all_pass(N):
+        while N > MIN_MODULI and all_pass(N - 1):
+            N -= 1
+        return N, True
+    while N < MAX_COMPLEX_MODULI:
+        N += 1
+        if all_pass(N):
+            return N, True
+    return MAX_COMPLEX_MODULI, False
 
 
 __all__ = ["EmbeddingStats", "equilibration", "equilibrate", "statistics", "shifts",
