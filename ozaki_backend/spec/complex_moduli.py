@@ -33,10 +33,13 @@ from .moduli import MIN_MODULI, CRTConstants
 #: The complex moduli, in the order they are used: greedily the largest odd ``m <= 255``
 #: whose prime factors are all ``1 mod 4`` and that is coprime with every modulus
 #: before it (``221 = 13*17``, ``205 = 5*41``; every other entry is a prime). Greedy
-#: maximises ``M`` at every count: every candidate above 53 not taken shares a prime
-#: with a larger entry (185 = 5*37, 169 = 13^2, 145 = 5*29, 125 = 5^3, ...).
+#: maximises ``M`` at every count: every candidate above 29 not taken shares a prime
+#: with a larger entry (185 = 5*37, 169 = 13^2, 145 = 5*29, 125 = 5^3, ...). 22 entries
+#: (log2 M = 152.1), two more than the real table's 20: each carries fewer bits, and
+#: ``precision="fp64"`` needs the range on small products with wide exponent spreads
+#: (``moduli=`` stays within 2..20 like the real option).
 COMPLEX_MODULI = (241, 233, 229, 221, 205, 197, 193, 181, 173, 157,
-                  149, 137, 113, 109, 101, 97, 89, 73, 61, 53)
+                  149, 137, 113, 109, 101, 97, 89, 73, 61, 53, 37, 29)
 
 MAX_COMPLEX_MODULI = len(COMPLEX_MODULI)
 

@@ -173,3 +173,17 @@ def test_long_k_bitwise(cupy, k):
     m, n = (64, 48) if k <= 16384 else (8, 6)
     A, B = cmat((m, k), 0.5, rng), cmat((k, n), 0.5, rng)
     assert_same_bits(ob.matmul(A, B, engine="cuda"), ob.matmul(A, B, engine="cpu"))
+
+
+@gpu
+def test_residual_pass_bitwise(cupy):
+    """phi = 3 at k = 4096 takes the residual pass on the CPU (tests/reference); the
+    GPU takes it too, with the same bits and bound."""
+    rng = np.random.default_rng(0)
+    A, B = cmat((64, 4096), 3.0, rng), cmat((4096, 64), 3.0, rng)
+    ob.reset_stats()
+    ref, rb = ob.matmul(A, B, engine="cpu", return_bound=True)
+    assert ob.stats()["certificate"] == {"residual pass": 1}
+    got, gb = ob.matmul(A, B, engine="cuda", return_bound=True)
+    assert_same_bits(got, ref)
+    assert_same_bits(gb, rb)

@@ -43,7 +43,7 @@ def test_admissible_matches_the_prime_factor_rule():
 
 def test_table_is_pairwise_coprime_and_greedy():
     assert pairwise_coprime(COMPLEX_MODULI)
-    assert len(COMPLEX_MODULI) == MAX_COMPLEX_MODULI == 20
+    assert len(COMPLEX_MODULI) == MAX_COMPLEX_MODULI == 22
     # Greedy: the largest admissible value coprime with everything chosen before.
     chosen = []
     for _ in range(MAX_COMPLEX_MODULI):
