@@ -238,6 +238,7 @@ def test_accuracy_long_k(phi, k):
     assert max_relative_error(C, E) <= 2 * max_relative_error(A @ B, E)
 
 
+@pytest.mark.slow
 def test_residual_pass():
     """phi = 3 at k = 4096: no count certifies a priori or a posteriori; the residual
     pass does (spec §11.4), and its bound holds."""
