@@ -91,3 +91,18 @@ def test_moduli_are_recorded_from_the_complex_table():
     assert sum(counts.values()) == 1
     assert 2 <= next(iter(counts)) <= 20
     assert ob.stats()["certificate"] == {"certified": 1}
+
+
+def test_plan_moduli_for_counts_on_the_complex_table():
+    """``Plan.moduli_for`` on complex operands: the complex count (bits= on the complex
+    table; fp64 the certificate's, as the product records it)."""
+    from ozaki_backend.spec.complex_moduli import complex_moduli_for_bits
+
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((40, 500)) + 1j * rng.standard_normal((40, 500))
+    b = rng.standard_normal((500, 30)) + 1j * rng.standard_normal((500, 30))
+    assert ob.plan(40, 30, 500, bits=40).moduli_for(a, b) == complex_moduli_for_bits(40, 500)
+    assert ob.plan(40, 30, 500, moduli=9).moduli_for(a, b) == 9
+    ob.reset_stats()
+    emulate(a, b)
+    assert ob.stats()["moduli"] == {ob.plan(40, 30, 500).moduli_for(a, b): 1}
