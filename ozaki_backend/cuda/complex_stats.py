@@ -101,37 +101,38 @@ def equilibrate(xp, Ar, Ai, Br, Bi):
 
 # --------------------------------------------------------------------------- statistics
 
-def _row_max_exp(xp, X):
-    _, e = xp.frexp(X)
-    return xp.where(X != 0, e.astype(np.int64), _NO_EXP).max(axis=1)
+class _Rows(NamedTuple):
+    """Row statistics of one part (reference: ``row_exponents``, ``exact_thresholds``,
+    the non-zero counts and ``k_ranges``), from one ``frexp`` of the part."""
+
+    emax: object     # largest exponent of a non-zero entry (_NO_EXP for none)
+    thr: object      # largest exactness threshold (NO_THRESHOLD for none)
+    nnz: object      # non-zero count
+    first: object    # first / last column of a non-zero entry (-1 for none)
+    last: object
 
 
-def _thresholds(xp, X):
-    """Per-row maximum of the exactness thresholds (reference ``exact_thresholds``)."""
+def _rows(xp, X) -> _Rows:
     f, e = xp.frexp(X)
+    nz = X != 0
+    e = e.astype(np.int64)
     M = xp.ldexp(xp.abs(f), 53).astype(np.int64)
     low = M & -M
     z = xp.frexp(low.astype(np.float64))[1].astype(np.int64) - 1
-    thr = xp.where(X != 0, 53 - e.astype(np.int64) - z, NO_THRESHOLD)
-    return thr.max(axis=1)
-
-
-def _first_last(xp, X):
-    """``(first, last)`` column of a non-zero entry per row (``-1`` where none)."""
     cols = X.shape[1]
-    nz = X != 0
     idx = xp.arange(cols, dtype=np.int64)
     first = xp.where(nz, idx[None, :], cols).min(axis=1)
-    last = xp.where(nz, idx[None, :], -1).max(axis=1)
-    return xp.where(first == cols, -1, first), last
+    return _Rows(xp.where(nz, e, _NO_EXP).max(axis=1),
+                 xp.where(nz, 53 - e - z, NO_THRESHOLD).max(axis=1),
+                 nz.sum(axis=1),
+                 xp.where(first == cols, -1, first),
+                 xp.where(nz, idx[None, :], -1).max(axis=1))
 
 
-def _ranges(xp, X1, X2, k):
+def _ranges(xp, r1: _Rows, r2: _Rows, k):
     """``(lo, hi)`` of rows ``[X1_i, X2_i]`` (2k columns): reference ``k_ranges``."""
-    f1, l1 = _first_last(xp, X1)
-    f2, l2 = _first_last(xp, X2)
-    lo = xp.where(f1 >= 0, f1, xp.where(f2 >= 0, k + f2, 2 * k))
-    hi = xp.where(l2 >= 0, k + l2, l1)
+    lo = xp.where(r1.first >= 0, r1.first, xp.where(r2.first >= 0, k + r2.first, 2 * k))
+    hi = xp.where(r2.last >= 0, k + r2.last, r1.last)
     return lo.astype(np.int64), hi.astype(np.int64)
 
 
@@ -144,12 +145,12 @@ def _quantize(xp, X, E, D):
 def statistics(xp, Ar, Ai, Br, Bi, mode, bound_gemm) -> EmbeddingStats:
     """The statistics of the embedding of the (equilibrated) parts."""
     k = Ar.shape[1]
-    Er, Ei = _row_max_exp(xp, Ar), _row_max_exp(xp, Ai)
-    EA = xp.maximum(Er, Ei)
+    BrT, BiT = Br.T, Bi.T                       # rows = the columns of B
+    rar, rai, rbr, rbi = (_rows(xp, X) for X in (Ar, Ai, BrT, BiT))
+    EA = xp.maximum(rar.emax, rai.emax)
     nzA = EA != _NO_EXP
     E = xp.where(nzA, EA, 0)
-    BrT, BiT = Br.T, Bi.T                       # rows = the columns of B
-    FB = xp.maximum(_row_max_exp(xp, BrT), _row_max_exp(xp, BiT))
+    FB = xp.maximum(rbr.emax, rbi.emax)
     nzb = FB != _NO_EXP
     F = xp.where(nzb, FB, 0)
     sa = (BOUND_D - E).astype(np.int32)[:, None]
@@ -164,8 +165,8 @@ def statistics(xp, Ar, Ai, Br, Bi, mode, bound_gemm) -> EmbeddingStats:
     P = xp.concatenate([P_re, P_im], axis=1)
     SA = ar.sum(axis=1) + ai.sum(axis=1)
     sbv = br.sum(axis=1) + bi.sum(axis=1)
-    nA = ((Ar != 0).sum(axis=1) + (Ai != 0).sum(axis=1)).astype(np.float64)
-    nbv = ((BrT != 0).sum(axis=1) + (BiT != 0).sum(axis=1)).astype(np.float64)
+    nA = (rar.nnz + rai.nnz).astype(np.float64)
+    nbv = (rbr.nnz + rbi.nnz).astype(np.float64)
     SB, nB = xp.concatenate([sbv, sbv]), xp.concatenate([nbv, nbv])
     F2, nzB = xp.concatenate([F, F]), xp.concatenate([nzb, nzb])
     both = nzA[:, None] & nzB[None, :]
@@ -179,11 +180,11 @@ def statistics(xp, Ar, Ai, Br, Bi, mode, bound_gemm) -> EmbeddingStats:
         sq = (xp.square(_quantize(xp, BrT, F, D)).sum(axis=1)
               + xp.square(_quantize(xp, BiT, F, D)).sum(axis=1))
         SqB = xp.concatenate([sq, sq])
-    xA = xp.maximum(_thresholds(xp, Ar), _thresholds(xp, Ai))
-    yb = xp.maximum(_thresholds(xp, BrT), _thresholds(xp, BiT))
-    loA, hiA = _ranges(xp, Ar, Ai, k)
-    lo1, hi1 = _ranges(xp, BrT, BiT, k)         # column j:     [Br_j; Bi_j]
-    lo2, hi2 = _ranges(xp, BiT, BrT, k)         # column n + j: [Bi_j; -Br_j]
+    xA = xp.maximum(rar.thr, rai.thr)
+    yb = xp.maximum(rbr.thr, rbi.thr)
+    loA, hiA = _ranges(xp, rar, rai, k)
+    lo1, hi1 = _ranges(xp, rbr, rbi, k)         # column j:     [Br_j; Bi_j]
+    lo2, hi2 = _ranges(xp, rbi, rbr, k)         # column n + j: [Bi_j; -Br_j]
     return EmbeddingStats(2 * k, E, F2, nzA, nzB, xA, xp.concatenate([yb, yb]), SA, nA,
                           SB, nB, P, U, SqA, SqB, loA, hiA,
                           xp.concatenate([lo1, lo2]), xp.concatenate([hi1, hi2]))
@@ -197,9 +198,10 @@ def _lambda(xp, x, H_f):
     return eh - ex.astype(np.int64) - (mx > mh).astype(np.int64)
 
 
-def shifts(xp, st: EmbeddingStats, n_moduli: int, mode: str):
+def shifts(xp, st: EmbeddingStats, n_moduli: int, mode: str, cache=None):
     """``(s, t)`` (int64; ``t`` of length ``2n``, tied) for ``n_moduli`` complex moduli
-    (reference: ``complex.shifts``)."""
+    (reference: ``complex.shifts``). ``cache`` (a dict), when given, keeps what does not
+    depend on the count (the frexp of the bound matrix) between calls."""
     H_f = complex_crt_constants(n_moduli).H_f
     if mode == "fast":
         D = fast_quant_bits(st.k)
@@ -213,8 +215,14 @@ def shifts(xp, st: EmbeddingStats, n_moduli: int, mode: str):
         sigma = _lambda(xp, r, H_f) // 2
         lam1 = int(_lambda(np, np.array([1.0]), H_f)[0])
         big = np.iinfo(np.int64).max
-        pos = U > 0
-        lamU = xp.where(pos, _lambda(xp, xp.where(pos, U, 1.0), H_f), big)
+        if cache is None:
+            cache = {}
+        if "fU" not in cache:
+            pos = U > 0
+            cache["fU"] = (pos,) + tuple(xp.frexp(xp.where(pos, U, 1.0)))
+        pos, mU, eU = cache["fU"]
+        mh, eh = math.frexp(H_f)
+        lamU = xp.where(pos, eh - eU.astype(np.int64) - (mU > mh).astype(np.int64), big)
         tau = xp.min(xp.where(pos, lamU - sigma[:, None], big), axis=0)
         tau = xp.where(tau == big, lam1 - lam1 // 2, tau)
         s = xp.where(st.nzA, sigma + BOUND_D - st.E, 0).astype(np.int64)
@@ -252,9 +260,10 @@ def choose_count(xp, st: EmbeddingStats, mode: str):
     bound matrix)."""
     d = cert_data(st)
     limit = spec.target(d)
+    cache = {}
 
     def all_pass(N):
-        s, t = shifts(xp, st, N, mode)
+        s, t = shifts(xp, st, N, mode, cache)
         return bool(spec.passes(d, s, t, limit).all())
 
     N = min(max(expected_count(st.k // 2, st.P.shape[0] * st.P.shape[1]),

@@ -35,11 +35,16 @@ def _operands(case, rng):
     elif case == "kscaled":
         D = np.ldexp(1.0, rng.integers(-200, 200, k))
         A, B = A * D, B / D[:, None]
+    elif case == "graded_parts":      # unrelated scalings of the parts: no count certifies
+        A = A.real * np.ldexp(1.0, rng.integers(-60, 61, m))[:, None] \
+            + 1j * A.imag * np.ldexp(1.0, rng.integers(-60, 61, m))[:, None]
+        B = B.real * np.ldexp(1.0, rng.integers(-60, 61, n)) \
+            + 1j * B.imag * np.ldexp(1.0, rng.integers(-60, 61, n))
     return A, B
 
 
 @pytest.mark.parametrize("mode", ["accurate", "fast"])
-@pytest.mark.parametrize("case", ["dense", "structured", "kscaled"])
+@pytest.mark.parametrize("case", ["dense", "structured", "kscaled", "graded_parts"])
 def test_port_matches_the_reference(mode, case):
     rng = np.random.default_rng(7)
     A, B = _operands(case, rng)
