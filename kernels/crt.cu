@@ -10,7 +10,7 @@
 //   OZ_N                 number of moduli
 //   OZ_L                 32-bit limbs of the accumulator (Y' < 2^(32 L - 1))
 //   OZ_W[OZ_N][OZ_L]     w_l = (M/p_l) ((M/p_l)^-1 mod p_l) mod M   (w_l = 1 mod p_l, 0 mod the rest)
-//   OZ_M[OZ_L], OZ_MH[OZ_L]   M and M/2
+//   OZ_M[OZ_L], OZ_MH[OZ_L], OZ_MHN[OZ_L]   M, M/2 (floor) and M - M/2
 //   OZ_INVM              1/M rounded to float64 (only estimates a quotient)
 #include "common.cuh"
 
@@ -149,13 +149,15 @@ __device__ __forceinline__ void oz_crt_body(
         }
         bool negp = a < 0;
 
-        // 5. X = X' - M/2 if X' >= 0 (Qe = Q), else X' + M/2 (Qe = Q + 1, X' + M = X'').
-        //    X is the representative in (-M/2, M/2): |X| <= H by the scaling invariant.
+        // 5. X = X' - M/2 if X' >= 0 (Qe = Q), else X' + (M - M/2) (Qe = Q + 1,
+        //    X' + M = X''; OZ_MHN = M - M/2, which is M/2 for an even M and one more for
+        //    the complex table's odd M). X is the representative in (-M/2, M/2): |X| <= H
+        //    by the scaling invariant.
         a = 0;
 #pragma unroll
         for (int u = 0; u < OZ_L; ++u) {
             i64 xu = (u == OZ_L - 1) ? (i64)(int)x[u] : (i64)x[u];
-            a += xu + (negp ? (i64)OZ_MH[u] : -(i64)OZ_MH[u]);
+            a += xu + (negp ? (i64)OZ_MHN[u] : -(i64)OZ_MH[u]);
             x[u] = (u32)a;
             a >>= 32;
         }

@@ -159,12 +159,15 @@ def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None,
         a, b = np.asarray(a), np.asarray(b)
     out = semantics.unwrap_out(out)
     ms = semantics.matmul_shape(a.shape, b.shape)
-    if ms is None or not semantics.float64_product(a.dtype, b.dtype):
-        _stats.record("native", "operands NumPy would not compute in float64"
+    dtype = semantics.product_dtype(a.dtype, b.dtype)
+    if dtype == np.complex128 and opts["scheme"] != "ozaki2":
+        dtype = None                      # the seed scheme has no complex pipeline
+    if ms is None or dtype is None:
+        _stats.record("native", "operands NumPy would not compute in float64 or complex128"
                       if ms is not None else "shape rejected by NumPy")
         return semantics.native(xp, a, b, out, alpha, beta, c)
     semantics.check_c(beta, c, ms.shape)
-    if out is not None and not semantics.valid_out(out, ms.shape, type(a)):
+    if out is not None and not semantics.valid_out(out, ms.shape, type(a), dtype):
         return semantics.native(xp, a, b, out, alpha, beta, c)  # the library's own error
     p = plan if plan is not None else Plan(ms.m, ms.n, ms.k, **opts)
     semantics.check_plan(p, ms.m, ms.n, ms.k)
@@ -174,12 +177,12 @@ def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None,
     # Write straight into out= when it is a plain float64 result buffer that does not
     # overlap the operands (chunked transfers would otherwise read results).
     direct = (out is not None and (xp is not np or (alpha == 1.0 and beta == 0.0))
-              and out.dtype == np.float64 and out.flags.c_contiguous
+              and out.dtype == dtype and out.flags.c_contiguous
               and not xp.may_share_memory(out, a) and not xp.may_share_memory(out, b))
-    res = out.reshape(full) if direct else xp.empty(full, dtype=np.float64)
+    res = out.reshape(full) if direct else xp.empty(full, dtype=dtype)
     c3 = None
     if beta != 0.0:
-        c3 = xp.broadcast_to(xp.asarray(c, dtype=np.float64), ms.shape).reshape(full)
+        c3 = xp.broadcast_to(xp.asarray(c, dtype=dtype), ms.shape).reshape(full)
     bound3 = xp.empty(full, dtype=np.float64) if _bound_out is not None else None
     with _stats.timer() as t, _native.suspended():
         done = eng.product(a3, b3, p, res, alpha=alpha, beta=beta, c3=c3, bound3=bound3)

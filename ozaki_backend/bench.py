@@ -111,6 +111,13 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--phase22-sizes", default="2048,8192",
                     help="n for the seed-scheme comparison with 28 bare INT8 GEMMs "
                          "('' skips it)")
+    ap.add_argument("--complex", default="", metavar="SIZES",
+                    help="also complex128 products at these square sizes (e.g. 4096,8192): "
+                         "cuBLAS ZGEMM (CuPy matmul) against the emulation on device "
+                         "operands, and NumPy in/out (matmul(engine='cuda'), @ inside "
+                         "enabled()) against host NumPy (docs/spec.md section 11)")
+    ap.add_argument("--complex-only", action="store_true",
+                    help="skip the real products and the seed scheme (with --complex)")
     ap.add_argument("--quick", action="store_true",
                     help="small sizes, fewer configurations (a smoke run)")
     ap.add_argument("--json", metavar="FILE",
@@ -415,6 +422,7 @@ def to_document(report, machine, command, *, reps=3, err_rows=32, commit=None):
                   "phis": report["phis"], "reps": reps, "err_rows": err_rows},
         "records": to_records(report, reps=reps, err_rows=err_rows),
         "phase22": report.get("phase22") or [],
+        "complex": report.get("complex") or [],
     }
 
 
@@ -461,6 +469,17 @@ def run(args, argv=()) -> int:
         print(msg, flush=True)
 
     report["phase22"] = []
+    report["complex"] = []
+    if args.complex_only:
+        shapes = []
+        args.phase22_sizes = ""
+    for n in (int(x) for x in args.complex.split(",") if x):
+        log(f"complex128 n = {n}")
+        report["complex"].append(_bench_complex(cp, n, args, log))
+        cp.get_default_memory_pool().free_all_blocks()
+        if args.json:
+            _write(args.json, to_document(report, machine, command, reps=args.reps,
+                                          err_rows=args.err_rows, commit=commit))
     for (m, k, n) in shapes:
         log(f"shape {SHAPE_HEADER} = {format_shape(m, n, k)}")
         report["results"].append(_bench_shape(cp, m, k, n, args, log))
@@ -476,7 +495,10 @@ def run(args, argv=()) -> int:
             _write(args.json, to_document(report, machine, command, reps=args.reps,
                                           err_rows=args.err_rows, commit=commit))
     print()
-    print(_table(report))
+    if shapes:
+        print(_table(report))
+    for r in report["complex"]:
+        print(_complex_line(r))
     for r in report["phase22"]:
         print(f"phase22 n={r['n']}: {r['seconds'] * 1e3:.2f} ms ({r['tflops']:.1f} TFLOPS), "
               f"28 bare cuBLAS INT8 GEMMs {r['int8_28_seconds'] * 1e3:.2f} ms -> "
@@ -521,3 +543,76 @@ def _bench_phase22(cp, n, args, log):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+# ----------------------------------------------------------------------------- complex128
+
+def _bench_complex(cp, n, args, log):
+    """complex128 n x n x n: cuBLAS ZGEMM (CuPy matmul) against the emulation on device
+    operands (fp64 plan; the moduli count quoted), accuracy on sampled rows (real and
+    imaginary parts against double-double references of the real embedding), and NumPy
+    in/out: ``matmul(engine="cuda")`` and ``@`` inside ``enabled(engine="cuda")`` next to
+    host NumPy."""
+    import ozaki_backend
+    from .cuda import complex as ccx
+    from .plan import Plan
+
+    phi = float(args.phis.split(",")[0])
+    rng = cp.random.default_rng(n * 17 + 3)
+    A = _matrix(cp, rng, (n, n), phi) + 1j * _matrix(cp, rng, (n, n), phi)
+    B = _matrix(cp, rng, (n, n), phi) + 1j * _matrix(cp, rng, (n, n), phi)
+    plan = Plan(n, n, n)
+    N = ccx.moduli_for(A, B, plan)
+    t_z = median_device_time(lambda: cp.matmul(A, B), args.reps)
+    t_e = median_device_time(lambda: ozaki_backend.matmul(A, B, engine="cuda"), args.reps)
+    rows = cp.linspace(0, n - 1, min(n, args.err_rows)).astype(cp.int64)
+    Ar, Ai, Br, Bi = A.real[rows], A.imag[rows], B.real, B.imag
+    ref_re = sampled_rows_reference(cp.concatenate([Ar, -Ai], 1), cp.concatenate([Br, Bi], 0))
+    ref_im = sampled_rows_reference(cp.concatenate([Ar, Ai], 1), cp.concatenate([Bi, Br], 0))
+
+    def err(C):
+        C = C[rows]
+        return max(sampled_rows_error(cp.ascontiguousarray(C.real), ref_re),
+                   sampled_rows_error(cp.ascontiguousarray(C.imag), ref_im))
+
+    flops = 8.0 * n ** 3      # real flops of a complex product
+    res = {"n": n, "phi": phi, "moduli": N, "int8_gemms": 2 * N + 2,
+           "zgemm_s": t_z, "zgemm_tflops": flops / t_z / 1e12, "zgemm_err": err(cp.matmul(A, B)),
+           "emulated_s": t_e, "emulated_tflops": flops / t_e / 1e12,
+           "speedup": t_z / t_e, "emulated_err": err(ozaki_backend.matmul(A, B, engine="cuda"))}
+    log(f"  ZGEMM {t_z * 1e3:.2f} ms ({res['zgemm_tflops']:.1f} TFLOPS), emulated "
+        f"{t_e * 1e3:.2f} ms with {N} moduli ({2 * N} + 2 INT8 GEMMs) -> x{res['speedup']:.2f}; "
+        f"max rel err (parts, sampled rows) {res['emulated_err']:.1e} vs ZGEMM "
+        f"{res['zgemm_err']:.1e}")
+    res["numpy_io"] = None
+    if n * n <= args.numpy_max:
+        a_h, b_h = cp.asnumpy(A), cp.asnumpy(B)
+        t_api = median_wall_time(lambda: ozaki_backend.matmul(a_h, b_h, engine="cuda"),
+                                 args.reps)
+
+        def scoped():
+            with ozaki_backend.enabled(engine="cuda", min_size=0):
+                return a_h @ b_h
+
+        t_scope = median_wall_time(scoped, args.reps)
+        t_host = median_wall_time(lambda: a_h @ b_h, 1) if n * n <= args.host_numpy_max \
+            else None
+        res["numpy_io"] = {"api_s": t_api, "enabled_s": t_scope, "numpy_host_s": t_host}
+        log(f"  NumPy in/out: matmul(engine='cuda') {t_api * 1e3:.1f} ms, @ in enabled() "
+            f"{t_scope * 1e3:.1f} ms, host NumPy "
+            + ("-" if t_host is None else f"{t_host * 1e3:.1f} ms"))
+    return res
+
+
+def _complex_line(r):
+    io = r.get("numpy_io") or {}
+    host = io.get("numpy_host_s")
+    text = (f"complex128 n={r['n']}: ZGEMM {r['zgemm_s'] * 1e3:.2f} ms "
+            f"({r['zgemm_tflops']:.1f} TFLOPS, err {r['zgemm_err']:.1e}); emulated "
+            f"{r['emulated_s'] * 1e3:.2f} ms, {r['moduli']} moduli ({r['int8_gemms']} INT8 "
+            f"GEMMs), x{r['speedup']:.2f}, err {r['emulated_err']:.1e}")
+    if io:
+        text += (f"; NumPy in/out matmul() {io['api_s'] * 1e3:.0f} ms, @ in enabled() "
+                 f"{io['enabled_s'] * 1e3:.0f} ms, host NumPy "
+                 + ("-" if host is None else f"{host * 1e3:.0f} ms"))
+    return text

@@ -49,17 +49,21 @@ class Engine:
         Parameters
         ----------
         a3 : array (batch, m, k), b3 : array (batch, k, n)
-            float64 operands of one of :attr:`array_types` (broadcast views allowed).
+            float64 operands of one of :attr:`array_types` (broadcast views allowed);
+            for a complex product (``out3`` complex128, ``docs/spec.md`` §11) complex128
+            operands, or one complex128 and one float64.
         plan : Plan
             For ``(m, k) @ (k, n)``; its scheme and options decide the bits.
         out3 : array (batch, m, n)
-            float64, same array type; every element is written when True is returned.
+            float64 (complex128 for a complex product), same array type; every
+            element is written when True is returned.
         alpha, beta : float
             BLAS scaling (``docs/spec.md`` §7); ``c3`` is read only when ``beta != 0``.
         c3 : array (batch, m, n) or None
         bound3 : array (batch, m, n) or None
             When given (``scheme="ozaki2"``, ``alpha == 1``, ``beta == 0``): receives a
-            rigorous bound on ``|out3 - a3 @ b3|`` per element (``docs/spec.md`` §10).
+            rigorous bound on ``|out3 - a3 @ b3|`` per element (``docs/spec.md`` §10;
+            float64 for complex products too).
 
         Returns
         -------

@@ -211,8 +211,8 @@ class Plan:
         exactly as the engines do), or 20 when some element passes at no count (the
         product is then computed with 20 moduli and tested a posteriori, and may take
         the residual pass or the native GEMM, ``docs/spec.md`` §10.3–10.4)."""
-        if not self.adaptive:
-            return self.n_moduli
+        if not self.adaptive and not (np.iscomplexobj(a) or np.iscomplexobj(b)):
+            return self.n_moduli   # complex products count on their own table (§11)
         return _bound["moduli_for"](a, b, self)
 
     def resolve(self, a, b) -> "Plan":

@@ -135,14 +135,17 @@ def moduli_for(a, b, plan):
         raise ValueError(f"plan is for ({plan.m} x {plan.k}) @ ({plan.k} x {plan.n}); "
                          f"operands are ({sa[0]} x {sa[1]}) @ ({sb[0]} x {sb[1]})")
     eng = engine_of(a, b)
+    # complex operands stay complex128 (their count is the complex table's, spec §11)
+    da = np.complex128 if np.iscomplexobj(a) else np.float64
+    db = np.complex128 if np.iscomplexobj(b) else np.float64
     if eng is CPU:
-        a = np.asarray(a, dtype=np.float64)
-        b = np.asarray(b, dtype=np.float64)
+        a = np.asarray(a, dtype=da)
+        b = np.asarray(b, dtype=db)
     else:
         import cupy
 
-        a = cupy.asarray(a, dtype=np.float64)
-        b = cupy.asarray(b, dtype=np.float64)
+        a = cupy.asarray(a, dtype=da)
+        b = cupy.asarray(b, dtype=db)
     return eng.moduli_for(a, b, plan)
 
 

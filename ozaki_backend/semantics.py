@@ -69,6 +69,26 @@ def float64_product(da, db) -> bool:
     return da.kind in "fiub" and db.kind in "fiub" and np.result_type(da, db) == np.float64
 
 
+def complex128_product(da, db) -> bool:
+    """Whether NumPy computes the product of dtypes ``da``, ``db`` in complex128 with at
+    least one complex operand (complex128, or complex64 with a float64 partner; the
+    other operand real floating, integer, bool or complex). complex64 products stay
+    NumPy's own (``docs/spec.md`` §11.5)."""
+    da, db = np.dtype(da), np.dtype(db)
+    return (da.kind in "fiubc" and db.kind in "fiubc" and "c" in (da.kind, db.kind)
+            and np.result_type(da, db) == np.complex128)
+
+
+def product_dtype(da, db):
+    """``float64`` or ``complex128``: the result dtype of an emulated product of
+    ``da``, ``db`` (None when the backend does not emulate it)."""
+    if float64_product(da, db):
+        return np.dtype(np.float64)
+    if complex128_product(da, db):
+        return np.dtype(np.complex128)
+    return None
+
+
 # --------------------------------------------------------------------------- arrays
 
 def is_cupy(x) -> bool:
@@ -255,11 +275,11 @@ def unwrap_out(out):
     return out
 
 
-def valid_out(out, shape, array_type) -> bool:
-    """Whether ``out`` can receive a float64 result of ``shape`` (else NumPy's own call
-    decides and raises its own error)."""
+def valid_out(out, shape, array_type, dtype=np.float64) -> bool:
+    """Whether ``out`` can receive a ``dtype`` (float64 or complex128) result of
+    ``shape`` (else NumPy's own call decides and raises its own error)."""
     return (type(out) is array_type and tuple(out.shape) == tuple(shape)
-            and np.can_cast(np.float64, out.dtype, casting="same_kind"))
+            and np.can_cast(dtype, out.dtype, casting="same_kind"))
 
 
 def check_c(beta, c, shape) -> None:
@@ -309,9 +329,12 @@ def check_plan_and_shapes(A, B, plan) -> None:
 
 def stacks(xp, a, b, ms: MatmulShape):
     """``(a3, b3)``: float64 operands as ``batch + (m, k)`` and ``batch + (k, n)``
-    (broadcast views, no copies)."""
-    a = a.astype(np.float64, copy=False).reshape(ms.a2)
-    b = b.astype(np.float64, copy=False).reshape(ms.b2)
+    (broadcast views, no copies); complex operands as complex128 (a complex product,
+    ``docs/spec.md`` §11: its real operand stays float64)."""
+    a = a.astype(np.complex128 if a.dtype.kind == "c" else np.float64,
+                 copy=False).reshape(ms.a2)
+    b = b.astype(np.complex128 if b.dtype.kind == "c" else np.float64,
+                 copy=False).reshape(ms.b2)
     return (xp.broadcast_to(a, ms.batch + ms.a2[-2:]),
             xp.broadcast_to(b, ms.batch + ms.b2[-2:]))
 
@@ -320,12 +343,14 @@ def apply_alpha_beta(C, alpha, beta, C0=None):
     """Spec §7: ``alpha*C + beta*C0`` with BLAS conventions (``C0`` unread when
     ``beta == 0``), one rounding per operation (two array operations, never a fused
     multiply-add). NumPy or CuPy arrays."""
-    alpha = float(alpha)
-    beta = float(beta)
+    cplx = C.dtype.kind == "c"
+    alpha = complex(alpha) if cplx and isinstance(alpha, complex) else float(alpha)
+    beta = complex(beta) if cplx and isinstance(beta, complex) else float(beta)
+    dt = np.complex128 if cplx else np.float64
     out = C if alpha == 1.0 else alpha * C
     if beta != 0.0:
-        C0 = C0.astype(np.float64, copy=False) if hasattr(C0, "astype") \
-            else np.asarray(C0, dtype=np.float64)
+        C0 = C0.astype(dt, copy=False) if hasattr(C0, "astype") \
+            else np.asarray(C0, dtype=dt)
         out = out + beta * C0
     return out
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from ..spec.complex_moduli import complex_crt_constants
 from ..spec.moduli import crt_constants
 
 #: Bound on the reduced residues the CRT kernel accumulates (kernels/crt.cu, step 1).
@@ -20,9 +21,11 @@ def _limbs(x: int, L: int):
     return [(x >> (32 * t)) & 0xFFFFFFFF for t in range(L)]
 
 
-def n_limbs(n_moduli: int) -> int:
-    """32-bit limbs holding ``Y' = M/2 + sum c_l w_l`` with a clear top bit."""
-    M = crt_constants(n_moduli).M
+def n_limbs(n_moduli: int, M: int | None = None) -> int:
+    """32-bit limbs holding ``Y' = M/2 + sum c_l w_l`` with a clear top bit (``M`` of
+    the real table's ``n_moduli`` unless given)."""
+    if M is None:
+        M = crt_constants(n_moduli).M
     ymax = M // 2 + n_moduli * C_BOUND * M
     return -(-(ymax.bit_length() + 1) // 32)
 
@@ -30,9 +33,24 @@ def n_limbs(n_moduli: int) -> int:
 @lru_cache(maxsize=None)
 def crt_prelude(n_moduli: int) -> str:
     """Source text placed before ``kernels/crt.cu`` for ``n_moduli`` moduli."""
-    cc = crt_constants(n_moduli)
+    return crt_prelude_for(crt_constants(n_moduli))
+
+
+@lru_cache(maxsize=None)
+def complex_crt_prelude(n_moduli: int) -> str:
+    """``kernels/crt.cu``'s prelude for the first ``n_moduli`` complex moduli
+    (``docs/spec.md`` §11; odd ``M``)."""
+    return crt_prelude_for(complex_crt_constants(n_moduli))
+
+
+def crt_prelude_for(cc) -> str:
+    """The prelude of the CRT constants ``cc`` (:class:`~..spec.moduli.CRTConstants`).
+    ``OZ_MHN = M - M/2`` is what the kernel adds back when its quotient estimate was one
+    too large: ``M/2`` itself for the even ``M`` of the real table, one more for the
+    complex table's odd ``M``."""
+    n_moduli = cc.n
     M = cc.M
-    L = n_limbs(n_moduli)
+    L = n_limbs(n_moduli, M)
     invm = 1.0 / float(M)
 
     def arr(vals):
@@ -47,6 +65,7 @@ def crt_prelude(n_moduli: int) -> str:
         + "{" + ", ".join(arr(_limbs(w, L)) for w in cc.weights) + "};",
         f"__constant__ unsigned int OZ_M[OZ_L] = {arr(_limbs(M, L))};",
         f"__constant__ unsigned int OZ_MH[OZ_L] = {arr(_limbs(M // 2, L))};",
+        f"__constant__ unsigned int OZ_MHN[OZ_L] = {arr(_limbs(M - M // 2, L))};",
     ]
     return "\n".join(lines) + "\n"
 

@@ -23,9 +23,9 @@ from . import loader
 from ._prelude import crt_prelude as prelude
 
 
-def _kernel(n_moduli: int, residues: bool = False):
+def _kernel(n_moduli: int, residues: bool = False, table_prelude=None):
     name = "oz_crt_u8" if residues else "oz_crt"
-    return loader.get_function("crt.cu", name, prelude=prelude(n_moduli))
+    return loader.get_function("crt.cu", name, prelude=table_prelude or prelude(n_moduli))
 
 
 def ab_mode(alpha, beta) -> int:
@@ -35,7 +35,8 @@ def ab_mode(alpha, beta) -> int:
     return 0 if alpha == 1.0 else 1
 
 
-def crt_into(C, n_moduli, rows, cols, s, t, out, *, alpha=1.0, beta=0.0, C0=None):
+def crt_into(C, n_moduli, rows, cols, s, t, out, *, alpha=1.0, beta=0.0, C0=None,
+             table_prelude=None):
     """The fused output pass for one tile.
 
     Parameters
@@ -46,6 +47,9 @@ def crt_into(C, n_moduli, rows, cols, s, t, out, *, alpha=1.0, beta=0.0, C0=None
     s, t : cupy int32 (rows,), (cols,)
     out : cupy float64 (rows, cols) view, any strides
     C0 : cupy float64 (rows, cols) view or None (read only when ``beta != 0``)
+    table_prelude : str or None
+        The constants of another moduli table (the complex scheme's,
+        ``_prelude.complex_crt_prelude``; uint8 residues only).
     """
     if rows == 0 or cols == 0:
         return
@@ -57,7 +61,9 @@ def crt_into(C, n_moduli, rows, cols, s, t, out, *, alpha=1.0, beta=0.0, C0=None
         C0p, (c0, c1) = C0, C0.strides
     if C.dtype not in (np.int32, np.uint8):
         raise TypeError(f"products must be int32 or uint8 planes, got {C.dtype}")
-    _kernel(n_moduli, C.dtype == np.uint8)(
+    if table_prelude is not None and C.dtype != np.uint8:
+        raise TypeError("another moduli table needs reduced uint8 residues")
+    _kernel(n_moduli, C.dtype == np.uint8, table_prelude)(
         (-(-cols // 256), min(rows, 65535)), (256,),
         (C, np.int64(C.shape[1] * C.shape[2]), np.int64(C.shape[2]), np.int32(rows),
          np.int32(cols), s, t, out, np.int64(os0 // 8), np.int64(os1 // 8), np.int32(mode),

@@ -21,6 +21,7 @@ import numpy as np
 from ..engine import DECLINED, DONE, OVERFLOW, Engine
 from ..semantics import apply_alpha_beta, transpose_pair
 from . import availability, outofcore, phase22, pipeline, staging, tuning
+from . import complex as complex_
 from .errors import CudaEngineError, translating
 
 
@@ -169,6 +170,8 @@ class CudaEngine(Engine):
 
     def product(self, a3, b3, plan, out3, *, alpha=1.0, beta=0.0, c3=None,
                 bound3=None) -> int:
+        if out3.dtype.kind == "c":
+            return self._complex_product(a3, b3, plan, out3, alpha, beta, c3, bound3)
         if isinstance(a3, np.ndarray):
             flags = {}
             res = matmul_numpy(a3, b3, plan, check_finite=True, out=out3, bound=bound3,
@@ -183,8 +186,34 @@ class CudaEngine(Engine):
                                  bound3=bound3)
         return DONE if done else DECLINED
 
+    def _complex_product(self, a3, b3, plan, out3, alpha, beta, c3, bound3):
+        """Complex stacks (``docs/spec.md`` §11, :mod:`.complex`); NumPy operands go
+        through the device and back."""
+        host = isinstance(a3, np.ndarray)
+        with translating("CUDA engine (complex)"):
+            if host:
+                if not (np.isfinite(a3).all() and np.isfinite(b3).all()):
+                    return DECLINED
+                d_a, d_b = cupy.asarray(a3), cupy.asarray(b3)
+                d_out = cupy.empty(out3.shape, dtype=np.complex128)
+                d_bound = None if bound3 is None else cupy.empty(bound3.shape)
+                d_c = None if c3 is None else cupy.asarray(c3)
+            else:
+                d_a, d_b, d_out, d_bound, d_c = a3, b3, out3, bound3, c3
+            if not complex_.product_stacks(d_a, d_b, plan, d_out, alpha=alpha, beta=beta,
+                                           c3=d_c, bound3=d_bound):
+                return DECLINED
+            if not host:
+                return DONE
+            out3[...] = cupy.asnumpy(d_out)
+            if bound3 is not None:
+                bound3[...] = cupy.asnumpy(d_bound)
+        return OVERFLOW if np.isinf(out3).any() else DONE
+
     def moduli_for(self, A, B, plan):
         with translating("CUDA engine"):
+            if np.iscomplexobj(A) or np.iscomplexobj(B):
+                return complex_.moduli_for(A, B, plan)
             return pipeline.moduli_for(A, B, plan)
 
     def describe(self, plan) -> str:

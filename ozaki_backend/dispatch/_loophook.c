@@ -1,6 +1,7 @@
 /*
  * _loophook: replaces NumPy matmul's float64 (``dd->d``) inner loop so that ``A @ B``
- * and ``np.matmul`` on plain float64 ndarrays can be routed to ozaki_backend.
+ * and ``np.matmul`` on plain float64 ndarrays can be routed to ozaki_backend; the
+ * complex128 (``DD->D``) loop is replaced the same way (complex products, spec §11).
  *
  * Why a C extension: the hook runs on every float64 matmul in the process, including
  * tiny ones and ones made while no scope is active. Its fast path (no scope active
@@ -40,6 +41,9 @@
 #include "_hookstate.h"
 
 static PyUFuncGenericFunction g_orig = NULL; /* NumPy's own dd->d matmul loop */
+/* NumPy's own DD->D (complex128) matmul loop, hooked the same way (docs/spec.md §11);
+ * NULL when this NumPy has none to replace (then complex `@` is simply not routed). */
+static PyUFuncGenericFunction g_orig_cplx = NULL;
 static PyObject *g_matmul = NULL;            /* keeps np.matmul alive */
 static PyObject *g_callback = NULL;          /* route(a, b, out) -> bool */
 
@@ -63,7 +67,8 @@ static _Thread_local long t_in_backend = 0;
 #define COUNT(x) do { if (t_in_backend == 0) BUMP(x); } while (0)
 
 static int
-call_router(char **args, npy_intp const *dims, npy_intp const *steps, int *interrupted)
+call_router(char **args, npy_intp const *dims, npy_intp const *steps, int *interrupted,
+            int typenum)
 {
     /* Returns 1 when the router computed the product into args[2], 2 when it did and
      * some element overflowed to +-inf (finite operands), else 0.
@@ -86,15 +91,15 @@ call_router(char **args, npy_intp const *dims, npy_intp const *steps, int *inter
     BUMP(g_pycalls);
     t_in_backend++;
 
-    a = PyArray_New(&PyArray_Type, 3, da, NPY_DOUBLE, sa, args[0], 0, 0, NULL);
+    a = PyArray_New(&PyArray_Type, 3, da, typenum, sa, args[0], 0, 0, NULL);
     if (a == NULL) goto fail;
     PyArray_CLEARFLAGS((PyArrayObject *)a, NPY_ARRAY_WRITEABLE);
     PyArray_UpdateFlags((PyArrayObject *)a, NPY_ARRAY_UPDATE_ALL);
-    b = PyArray_New(&PyArray_Type, 3, db, NPY_DOUBLE, sb, args[1], 0, 0, NULL);
+    b = PyArray_New(&PyArray_Type, 3, db, typenum, sb, args[1], 0, 0, NULL);
     if (b == NULL) goto fail;
     PyArray_CLEARFLAGS((PyArrayObject *)b, NPY_ARRAY_WRITEABLE);
     PyArray_UpdateFlags((PyArrayObject *)b, NPY_ARRAY_UPDATE_ALL);
-    o = PyArray_New(&PyArray_Type, 3, dout, NPY_DOUBLE, sout, args[2], 0,
+    o = PyArray_New(&PyArray_Type, 3, dout, typenum, sout, args[2], 0,
                     NPY_ARRAY_WRITEABLE, NULL);
     if (o == NULL) goto fail;
     PyArray_UpdateFlags((PyArrayObject *)o, NPY_ARRAY_UPDATE_ALL);
@@ -136,34 +141,36 @@ done:
     return handled;
 }
 
-static void
-hooked_loop(char **args, npy_intp const *dimensions, npy_intp const *steps, void *data)
+/* The body of both hooked loops: `orig` is NumPy's loop of element type `typenum`. */
+static inline void
+hook_body(char **args, npy_intp const *dimensions, npy_intp const *steps, void *data,
+          PyUFuncGenericFunction orig, int typenum)
 {
     npy_intp m = dimensions[1], n = dimensions[2], p = dimensions[3];
     long long floor_;
 
     if (LOAD(g_active) == 0) {
-        g_orig(args, dimensions, steps, data);
+        orig(args, dimensions, steps, data);
         return;
     }
     if (UNLIKELY(m < 2 || p < 2 || n < 1 || dimensions[0] < 1)) {
         /* Matrix-vector shaped (or empty): memory bound, never routed. */
         COUNT(g_vector);
-        g_orig(args, dimensions, steps, data);
+        orig(args, dimensions, steps, data);
         return;
     }
     floor_ = LOAD(g_floor);
     /* double: m*n*p can overflow 64 bits; precision near 2**53 does not matter. */
     if ((double)m * (double)n * (double)p < (double)floor_) {
         COUNT(g_below);
-        g_orig(args, dimensions, steps, data);
+        orig(args, dimensions, steps, data);
         return;
     }
     if (UNLIKELY(IS_FINALIZING()) || t_inside) {
         /* No Python calls while the interpreter shuts down (enable() is still in
          * force then, and objects being torn down may still multiply), nor for the
          * products the router itself makes in this thread (the engine's own). */
-        g_orig(args, dimensions, steps, data);
+        orig(args, dimensions, steps, data);
         return;
     }
     {
@@ -181,7 +188,7 @@ hooked_loop(char **args, npy_intp const *dimensions, npy_intp const *steps, void
         /* The router (and the engine it runs) may call NumPy's BLAS: the BLAS hook
          * must let those calls through untouched. */
         t_inside = 1;
-        handled = call_router(args, dimensions, steps, &interrupted);
+        handled = call_router(args, dimensions, steps, &interrupted, typenum);
         fesetexceptflag(&fpflags, FE_ALL_EXCEPT);
         /* A routed product that overflowed reports it as NumPy's own loop would: the
          * overflow flag, which NumPy turns into its "overflow encountered in matmul"
@@ -195,7 +202,7 @@ hooked_loop(char **args, npy_intp const *dimensions, npy_intp const *steps, void
         if (!handled) {
             /* Already decided (and counted) in Python: NumPy's loop calls BLAS for
              * this very product, which the BLAS hook must not decide again. */
-            g_orig(args, dimensions, steps, data);
+            orig(args, dimensions, steps, data);
         }
         t_inside = was_inside;
         if (interrupted) {
@@ -204,11 +211,25 @@ hooked_loop(char **args, npy_intp const *dimensions, npy_intp const *steps, void
     }
 }
 
+static void
+hooked_loop(char **args, npy_intp const *dimensions, npy_intp const *steps, void *data)
+{
+    hook_body(args, dimensions, steps, data, g_orig, NPY_DOUBLE);
+}
+
+static void
+hooked_loop_cplx(char **args, npy_intp const *dimensions, npy_intp const *steps,
+                 void *data)
+{
+    hook_body(args, dimensions, steps, data, g_orig_cplx, NPY_CDOUBLE);
+}
+
 static PyObject *
 lh_install(PyObject *self, PyObject *callback)
 {
     /* install(callback) -> bool: True when the loop was replaced by this call. */
     int sig[3] = {NPY_DOUBLE, NPY_DOUBLE, NPY_DOUBLE};
+    int sigc[3] = {NPY_CDOUBLE, NPY_CDOUBLE, NPY_CDOUBLE};
     PyObject *np, *mm;
 
     if (!PyCallable_Check(callback)) {
@@ -240,6 +261,12 @@ lh_install(PyObject *self, PyObject *callback)
         }
         return NULL;
     }
+    /* complex128 too; optional: without it only complex `@` stays NumPy's. */
+    if (PyUFunc_ReplaceLoopBySignature((PyUFuncObject *)mm, hooked_loop_cplx, sigc,
+                                       &g_orig_cplx) != 0 || g_orig_cplx == NULL) {
+        g_orig_cplx = NULL;
+        PyErr_Clear();
+    }
     g_matmul = mm; /* owned reference, kept for the life of the process */
     Py_RETURN_TRUE;
 }
@@ -248,6 +275,12 @@ static PyObject *
 lh_installed(PyObject *self, PyObject *noargs)
 {
     return PyBool_FromLong(g_orig != NULL);
+}
+
+static PyObject *
+lh_installed_complex(PyObject *self, PyObject *noargs)
+{
+    return PyBool_FromLong(g_orig_cplx != NULL);
 }
 
 static PyObject *
@@ -312,6 +345,8 @@ static PyMethodDef lh_methods[] = {
      "set the router callback(a, b, out) -> bool. Returns True when this call replaced "
      "the loop, False when it was already replaced (only the callback changes)."},
     {"installed", lh_installed, METH_NOARGS, "installed() -> bool"},
+    {"installed_complex", lh_installed_complex, METH_NOARGS,
+     "installed_complex() -> bool: whether the DD->D (complex128) loop is hooked too"},
     {"set_state", lh_set_state, METH_VARARGS,
      "set_state(active, floor)\n\nNumber of active scopes anywhere in the process and the "
      "smallest m*n*k any of them may route (the C fast path skips smaller products)."},

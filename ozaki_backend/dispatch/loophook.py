@@ -5,8 +5,9 @@ public ``PyUFunc_ReplaceLoopBySignature`` (once per process, never undone; see t
 comment at the top of ``_loophook.c``). Everything that reaches that loop arrives
 here: 2-D, stacked and broadcast operands, strided / negative-stride / transposed
 views, ``out=`` (also aliasing an input), and float32 x float64 (NumPy casts to
-float64 before the loop). float32, complex, integer and object products use other
-loops and are never seen.
+float64 before the loop). The complex128 (``DD->D``) loop is replaced the same way and
+arrives here too (complex products, ``docs/spec.md`` §11). float32, complex64, integer
+and object products use other loops and are never seen.
 
 The C side stays in C (no GIL) when no scope is active anywhere, for matrix-vector
 shapes, and below the smallest floor of the active scopes; ``config`` publishes those
@@ -56,6 +57,12 @@ def extension_path():
 def installed() -> bool:
     """Whether matmul's float64 loop has been replaced in this process."""
     return _C is not None and _C.installed()
+
+
+def installed_complex() -> bool:
+    """Whether matmul's complex128 (``DD->D``) loop has been replaced too (complex
+    products, ``docs/spec.md`` §11)."""
+    return _C is not None and hasattr(_C, "installed_complex") and _C.installed_complex()
 
 
 def install() -> bool:

@@ -34,8 +34,8 @@ import math
 
 import numpy as np
 
-from .route import (F64, NOT_ROUTED, bind, call_decided, dims_reason, native, ok_out,
-                    pair_reason, routed)
+from .route import (C128, F64, NOT_ROUTED, bind, call_decided, dims_reason, native, ok_out,
+                    pair_reason, result_dtype, routed)
 
 
 def _original_dot(x, y):
@@ -73,7 +73,7 @@ def route_dot(cfg, args, kwargs):
     if b.shape[0] != k:
         return NOT_ROUTED  # NumPy raises its own error
     shape = a.shape[:-1] + (b.shape[1],)
-    if out is not None and not ok_out(out, shape):
+    if out is not None and not ok_out(out, shape, dtype=result_dtype(a, b)):
         return NOT_ROUTED
     # Explicit row count: reshape(-1, 0) is ambiguous and raises for k == 0.
     res = routed(cfg, a.reshape(math.prod(a.shape[:-1]), k), b, "np.dot")
@@ -189,8 +189,8 @@ def route_multi_dot(cfg, args, kwargs):
         return NOT_ROUTED
     if any(type(x) is not np.ndarray for x in arrays):
         return native("operand is not a plain numpy.ndarray", "np.linalg.multi_dot")
-    if any(x.dtype != F64 for x in arrays):
-        return native("product is not float64", "np.linalg.multi_dot")
+    if any(x.dtype not in (F64, C128) for x in arrays):
+        return native("product is not float64 or complex128", "np.linalg.multi_dot")
     if len(arrays) == 2:
         return route_dot(cfg, (arrays[0], arrays[1]), {"out": out})
     nd_first, nd_last = arrays[0].ndim, arrays[-1].ndim
@@ -203,7 +203,7 @@ def route_multi_dot(cfg, args, kwargs):
     if any(x.shape[1] != y.shape[0] for x, y in zip(arrays, arrays[1:])):
         return NOT_ROUTED
     final_shape = (arrays[0].shape[0], arrays[-1].shape[1])
-    if out is not None and not ok_out(out, final_shape):
+    if out is not None and not ok_out(out, final_shape, dtype=result_dtype(*arrays)):
         return NOT_ROUTED
 
     def prod(x, y):
@@ -290,7 +290,7 @@ def route_einsum(cfg, args, kwargs):
     if any(c not in outs and c not in contr for c in sa + sb) or not contr:
         return native("not a matrix product (einsum subscripts)", "np.einsum")
     shape = [size[c] for c in outs]
-    if out is not None and not ok_out(out, shape, c_order=False):
+    if out is not None and not ok_out(out, shape, c_order=False, dtype=result_dtype(a, b)):
         return NOT_ROUTED
     nb, ni, nj, nk = (math.prod(size[c] for c in g) for g in (batch, free_a, free_b, contr))
     at = a.transpose([sa.index(c) for c in batch + free_a + contr]).reshape(nb, ni, nk)
@@ -322,16 +322,18 @@ def _einsum_output(a, b, sa, sb, outs):
         op_axes=[[sa.index(c) if c in sa else -1 for c in labels],
                  [sb.index(c) if c in sb else -1 for c in labels],
                  [outs.index(c) if c in outs else -1 for c in labels]],
-        order="K", op_dtypes=[None, None, F64], casting="safe")
+        order="K", op_dtypes=[None, None, result_dtype(a, b)], casting="safe")
     return it.operands[2]
 
 
-#: Entry points whose every matrix product NumPy hands to BLAS as one 2-D GEMM: with
-#: the BLAS call-site hook installed (``blashook``) their wrappers add nothing (same
-#: products, same bits, ``out=`` is NumPy's own), so ``patches`` does not install them
-#: then. ``np.dot`` and ``np.inner`` stay wrapped (an N-d operand is not a GEMM in
-#: NumPy), and so does ``np.einsum`` (no BLAS without ``optimize``).
-COVERED_BY_BLAS_HOOK = frozenset({"np.tensordot", "np.linalg.multi_dot"})
+#: Entry points whose every matrix product NumPy hands to BLAS as one 2-D GEMM that the
+#: BLAS call-site hook (``blashook``) sees, so that ``patches`` need not wrap them
+#: while it is installed. Empty: the hook patches the float64 GEMM/SYRK slots only, and
+#: ``np.tensordot`` / ``np.linalg.multi_dot`` of complex128 operands reach ``zgemm``,
+#: which only their wrappers route. ``np.dot`` and ``np.inner`` stay wrapped anyway (an
+#: N-d operand is not a GEMM in NumPy), and so does ``np.einsum`` (no BLAS without
+#: ``optimize``).
+COVERED_BY_BLAS_HOOK: frozenset = frozenset()
 
 #: ``(module, attribute, implementation, entry point)`` of every NumPy function
 #: ``patches.install()`` rebinds to a wrapper.

@@ -12,7 +12,7 @@ installed.
 
 from __future__ import annotations
 
-from .. import _native, _stats
+from .. import _native, _stats, semantics
 from . import blashook, config, costmodel, log, loophook, patches, route, routing
 
 C_ERROR = "@/np.matmul: error in the C hook"
@@ -205,10 +205,9 @@ def _explain_pair(a, b, entry):
                       " is not a plain numpy.ndarray (NumPy's hooks give it to its own "
                       "implementation, or the wrappers pass it through unchanged)",
                       entry=entry)
-    if not all(x.dtype.kind in "fiub" for x in (a, b)) or \
-            np.promote_types(a.dtype, b.dtype) != np.float64:
-        return no(False, f"dtypes {a.dtype}, {b.dtype}: the product is not float64",
-                  entry=entry)
+    if semantics.product_dtype(a.dtype, b.dtype) is None:
+        return no(False, f"dtypes {a.dtype}, {b.dtype}: the product is not float64 or "
+                  "complex128", entry=entry)
     if a.ndim == 0 or b.ndim == 0:
         return no(False, "0-d operand: NumPy rejects it", entry=entry)
     if a.ndim == 1 or b.ndim == 1:

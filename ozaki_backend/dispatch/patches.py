@@ -122,15 +122,16 @@ def _patch_scipy():
     """
     with _lock:
         blas = sys.modules[scipy_blas.MODULE]
-        key = (scipy_blas.MODULE, "dgemm")
-        if key in _wrappers and blas.dgemm is _wrappers[key]:
-            return
-        original = blas.dgemm
-        w = scipy_blas.dgemm_wrapper(original)
-        for mod in scipy_blas.dgemm_modules(blas, original):
-            _originals[(mod.__name__, "dgemm")] = original
-            _wrappers[(mod.__name__, "dgemm")] = w
-            mod.dgemm = w
+        for name in scipy_blas.ROUTINES:          # dgemm, and zgemm (complex, spec §11)
+            key = (scipy_blas.MODULE, name)
+            original = getattr(blas, name, None)
+            if original is None or (key in _wrappers and original is _wrappers[key]):
+                continue
+            w = scipy_blas.dgemm_wrapper(original, name)
+            for mod in scipy_blas.dgemm_modules(blas, original, name):
+                _originals[(mod.__name__, name)] = original
+                _wrappers[(mod.__name__, name)] = w
+                setattr(mod, name, w)
         scipy_blas.clear_memo()
 
 

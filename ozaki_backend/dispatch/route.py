@@ -56,6 +56,7 @@ NOT_ROUTED = object()
 NON_FINITE = "non-finite operand"
 
 F64 = np.dtype(np.float64)
+C128 = np.dtype(np.complex128)
 
 
 def scope_config():
@@ -101,15 +102,21 @@ def call_decided(original, *args, **kwargs):
 
 
 def pair_reason(a, b):
-    """None if ``a``, ``b`` are plain ndarrays with a float64 product, else the reason."""
+    """None if ``a``, ``b`` are plain ndarrays with a float64 or complex128 product
+    (``docs/spec.md`` §11), else the reason."""
     if type(a) is not np.ndarray or type(b) is not np.ndarray:
         return "operand is not a plain numpy.ndarray"
     da, db = a.dtype, b.dtype
     if da == F64 and db == F64:
         return None
-    if da.kind not in "fiub" or db.kind not in "fiub" or np.promote_types(da, db) != F64:
-        return "product is not float64"
+    if semantics.product_dtype(da, db) is None:
+        return "product is not float64 or complex128"
     return None
+
+
+def result_dtype(*arrays):
+    """The dtype of the emulated product of ``arrays`` (float64 or complex128)."""
+    return C128 if any(x.dtype.kind == "c" for x in arrays) else F64
 
 
 def dims_reason(a, b) -> str:
@@ -126,9 +133,10 @@ def finite(*xs) -> bool:
     return all(np.isfinite(x).all() for x in xs)
 
 
-def ok_out(out, shape, c_order=True) -> bool:
-    """Whether ``out`` can take a routed result of ``shape`` (else NumPy decides)."""
-    return (type(out) is np.ndarray and out.dtype == F64 and out.shape == tuple(shape)
+def ok_out(out, shape, c_order=True, dtype=F64) -> bool:
+    """Whether ``out`` can take a routed ``dtype`` result of ``shape`` (else NumPy
+    decides)."""
+    return (type(out) is np.ndarray and out.dtype == dtype and out.shape == tuple(shape)
             and out.flags.writeable and (out.flags.c_contiguous or not c_order))
 
 

@@ -27,6 +27,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..spec.complex_moduli import COMPLEX_MODULI, complex_crt_constants
 from ..spec.moduli import MODULI, crt_constants
 
 LIMB = 24
@@ -47,9 +48,13 @@ def _limbs_of(x: int, signed: bool = True):
 
 @lru_cache(maxsize=None)
 def _tables(moduli: tuple):
-    cc = crt_constants(len(moduli))
-    if cc.moduli != moduli:
-        raise ValueError(f"the moduli must be a prefix of the table {MODULI}; got {moduli}")
+    if moduli == MODULI[:len(moduli)]:
+        cc = crt_constants(len(moduli))
+    elif moduli == COMPLEX_MODULI[:len(moduli)]:
+        cc = complex_crt_constants(len(moduli))      # the complex scheme (spec §11)
+    else:
+        raise ValueError(f"the moduli must be a prefix of the table {MODULI} or of "
+                         f"{COMPLEX_MODULI}; got {moduli}")
     M = cc.M
     F = np.zeros((len(moduli), NLIMB), dtype=np.float64)
     for l, w in enumerate(cc.weights):

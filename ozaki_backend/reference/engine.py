@@ -11,6 +11,7 @@ import numpy as np
 
 from ..engine import DECLINED, DONE, OVERFLOW, Engine
 from ..semantics import apply_alpha_beta
+from . import complex as complex_
 from . import phase22, pipeline
 
 
@@ -36,6 +37,8 @@ class CpuEngine(Engine):
                 bound3=None) -> int:
         if not (np.isfinite(a3).all() and np.isfinite(b3).all()):
             return DECLINED
+        if out3.dtype.kind == "c":
+            return self._complex_product(a3, b3, plan, out3, alpha, beta, c3, bound3)
         for idx in np.ndindex(*a3.shape[:-2]):
             A = np.asarray(a3[idx], dtype=np.float64)
             B = np.asarray(b3[idx], dtype=np.float64)
@@ -51,7 +54,23 @@ class CpuEngine(Engine):
             out3[idx] = C
         return OVERFLOW if np.isinf(out3).any() else DONE
 
+    def _complex_product(self, a3, b3, plan, out3, alpha, beta, c3, bound3):
+        """Complex stacks (``docs/spec.md`` §11): complex128 / float64 operands,
+        complex128 ``out3``."""
+        for idx in np.ndindex(*a3.shape[:-2]):
+            res = complex_.complex_2d(np.asarray(a3[idx]), np.asarray(b3[idx]), plan,
+                                      want_bound=bound3 is not None)
+            C = res.C
+            if bound3 is not None:
+                bound3[idx] = res.bound
+            if alpha != 1.0 or beta != 0.0:
+                C = apply_alpha_beta(C, alpha, beta, None if c3 is None else c3[idx])
+            out3[idx] = C
+        return OVERFLOW if np.isinf(out3).any() else DONE
+
     def moduli_for(self, A, B, plan):
+        if np.iscomplexobj(A) or np.iscomplexobj(B):
+            return complex_.moduli_for(A, B, plan)
         return pipeline.moduli_for(A, B, plan)
 
 

@@ -198,10 +198,12 @@ def _q_from_sumsq(S, H_f: float):
     return lambda_exponent(S, H_f) // 2
 
 
-def sigma_tau(st: Statistics, n_moduli: int):
+def sigma_tau(st: Statistics, n_moduli: int, H_f: float | None = None):
     """Accurate mode's ``(sigma, tau)`` (int64): the bits kept of each row's and
-    column's largest element, less ``BOUND_D`` (spec §2.3)."""
-    H_f = crt_constants(n_moduli).H_f
+    column's largest element, less ``BOUND_D`` (spec §2.3). ``H_f`` of the real table's
+    ``n_moduli`` unless given (the complex scheme's table, spec §11)."""
+    if H_f is None:
+        H_f = crt_constants(n_moduli).H_f
     U = st.U
     m, n = U.shape
     r = np.maximum(U.max(axis=1) if n else np.zeros(m), 1.0)
@@ -218,8 +220,9 @@ def sigma_tau(st: Statistics, n_moduli: int):
     return sigma.astype(np.int64), tau.astype(np.int64)
 
 
-def shifts(st: Statistics, n_moduli: int, mode: str):
-    """Exponents ``(s, t)`` (int64) of ``n_moduli`` moduli and ``mode`` (spec §2).
+def shifts(st: Statistics, n_moduli: int, mode: str, H_f: float | None = None):
+    """Exponents ``(s, t)`` (int64) of ``n_moduli`` moduli and ``mode`` (spec §2);
+    ``H_f`` of the real table's ``n_moduli`` unless given (the complex table, spec §11).
 
     A symmetric product (``st.symmetric``: ``B = A.T``, so ``E = F`` and ``U`` is
     symmetric) uses the row rule on both sides, ``t = s``: then ``A'`` and ``B'`` are
@@ -228,19 +231,20 @@ def shifts(st: Statistics, n_moduli: int, mode: str):
     (``lambda`` is non-increasing), so ``sigma_i + sigma_j <= lambda(U_ij)``. The general
     rule's ``tau_j >= sigma_j`` may keep one more bit of a column than this one.
     """
-    s, t = _shifts_general(st, n_moduli, mode)
+    s, t = _shifts_general(st, n_moduli, mode, H_f)
     return (s, s) if st.symmetric else (s, t)
 
 
-def _shifts_general(st: Statistics, n_moduli: int, mode: str):
-    if mode == "fast":
+def _shifts_general(st: Statistics, n_moduli: int, mode: str, H_f: float | None = None):
+    if H_f is None:
         H_f = crt_constants(n_moduli).H_f
+    if mode == "fast":
         D = fast_quant_bits(st.k)
         qa = _q_from_sumsq(np.where(st.nzA, st.SqA, 1.0), H_f)
         qb = _q_from_sumsq(np.where(st.nzB, st.SqB, 1.0), H_f)
         return (np.where(st.nzA, qa + D - st.E, 0).astype(np.int64),
                 np.where(st.nzB, qb + D - st.F, 0).astype(np.int64))
-    sigma, tau = sigma_tau(st, n_moduli)
+    sigma, tau = sigma_tau(st, n_moduli, H_f)
     return (np.where(st.nzA, sigma + BOUND_D - st.E, 0).astype(np.int64),
             np.where(st.nzB, tau + BOUND_D - st.F, 0).astype(np.int64))
 

@@ -22,16 +22,17 @@ MAX_MODULI = len(MODULI)
 KSPLIT = 65536
 
 
-def _check_count(n: int) -> int:
+def _check_count(n: int, most: int = MAX_MODULI) -> int:
     if isinstance(n, bool) or not isinstance(n, int):
         raise TypeError(f"moduli count must be an int, got {type(n).__name__}")
-    if not MIN_MODULI <= n <= MAX_MODULI:
-        raise ValueError(f"moduli count must be in [{MIN_MODULI}, {MAX_MODULI}], got {n}")
+    if not MIN_MODULI <= n <= most:
+        raise ValueError(f"moduli count must be in [{MIN_MODULI}, {most}], got {n}")
     return n
 
 
 class CRTConstants:
-    """Exact constants for the first ``n`` moduli.
+    """Exact constants for the first ``n`` moduli of ``table`` (:data:`MODULI` unless
+    given: the complex scheme passes its own, ``complex_moduli.COMPLEX_MODULI``).
 
     Attributes
     ----------
@@ -41,8 +42,10 @@ class CRTConstants:
     M : int
         Product of the moduli.
     H : int
-        ``M // 2 - 1``: the largest integer ``<= (M - 1) / 2``; the exactness invariant
-        requires ``sum_k |A'_ik| |B'_kj| <= H``.
+        ``M // 2 - 1``: for the even ``M`` of :data:`MODULI` the largest integer
+        ``<= (M - 1) / 2``; for an odd ``M`` (the complex table) one less, so that the
+        representative in ``[-M/2, M/2)`` the CRT stage finds never sits on its edge
+        ``(M - 1)/2``. The exactness invariant requires ``sum_k |A'_ik| |B'_kj| <= H``.
     H_f : float
         The largest float64 not above ``H``.
     prefix : tuple of int
@@ -56,10 +59,10 @@ class CRTConstants:
         ``X = sum_l c_l w_l (mod M)``.
     """
 
-    def __init__(self, n: int):
-        n = _check_count(n)
+    def __init__(self, n: int, table: tuple = MODULI):
+        n = _check_count(n, len(table))
         self.n = n
-        self.moduli = MODULI[:n]
+        self.moduli = tuple(table[:n])
         self.M = math.prod(self.moduli)
         self.H = self.M // 2 - 1
         self.H_f = _float_floor(self.H)

@@ -103,12 +103,13 @@ def test_python_scalars_and_lists():
 # ------------------------------------------------------------------ dtypes
 
 
-@pytest.mark.parametrize("da, db", [(np.float32, np.float32), (np.complex128, np.float64),
-                                    (np.float64, np.complex64), (object, np.float64),
+@pytest.mark.parametrize("da, db", [(np.float32, np.float32), (np.complex64, np.complex64),
+                                    (np.float32, np.complex64), (object, np.float64),
                                     (np.int64, np.int64), (np.int8, np.int32), (bool, bool),
                                     (np.longdouble, np.float64), (np.float32, np.float16)])
 def test_non_float64_products_are_numpys(da, db):
-    """Products NumPy does not compute in float64 are NumPy's own, bit for bit."""
+    """Products NumPy does not compute in float64 or complex128 are NumPy's own, bit for
+    bit (complex128 products are emulated: ``tests/api/test_api_complex.py``)."""
     rng = np.random.default_rng(2)
     a = (rng.standard_normal((4, 6)) * 10).astype(da)
     b = (rng.standard_normal((6, 3)) * 10).astype(db)

@@ -30,8 +30,8 @@ def test_stats_counts_reasons_entries_and_reset():
     s = ob.stats()
     assert s["routed"] == 2 and s["routed_by_entry"] == {"@/np.matmul": 1, "np.dot": 1}
     assert s["reasons"]["routed"] == {"engine=cpu": 2}
-    assert s["reasons"]["native"] == {"product is not float64": 1, "non-finite operand": 1,
-                                      "below min_size": 1}
+    assert s["reasons"]["native"] == {"product is not float64 or complex128": 1,
+                                      "non-finite operand": 1, "below min_size": 1}
     assert s.details["native"]["below min_size"] == "below min_size (m*n*k < 1000000)"
     assert s["seconds"]["routed"] > 0 and s["fallback"] == 0
     text = ob.dispatch.format_stats(s)
