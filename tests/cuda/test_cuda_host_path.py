@@ -1,0 +1,120 @@
+"""The host path on the CUDA engine (issue 17, item 1): NumPy operands in every layout,
+through every entry point, bitwise equal to the CPU engine; results written straight
+into C- and Fortran-ordered destinations; NaN/Inf found on the device give NumPy's own
+answer; the per-step timing of the benchmark.
+
+Marked ``gpu``: skipped where CuPy or a CUDA device is missing.
+"""
+
+import numpy as np
+import pytest
+from bits import assert_same_bits
+
+import ozaki_backend as ob
+from ozaki_backend.plan import Plan
+
+cupy = pytest.importorskip("cupy")
+pytestmark = [pytest.mark.gpu, pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")]
+
+GPU = dict(engine="cuda", min_size=0)
+M_, K_, N_ = 300, 257, 190
+
+
+@pytest.fixture(autouse=True)
+def clean_state(clean_dispatch):
+    ob.dispatch.install()
+
+
+def operands(seed=0):
+    rng = np.random.default_rng(seed)
+    a = (rng.random((M_, K_)) - 0.5) * np.exp(rng.standard_normal((M_, K_)))
+    b = (rng.random((K_, N_)) - 0.5) * np.exp(rng.standard_normal((K_, N_)))
+    return a, b
+
+
+def cpu(a, b):
+    return ob.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b), engine="cpu")
+
+
+def layouts(x):
+    wide = np.zeros((x.shape[0], 2 * x.shape[1]))
+    wide[:, ::2] = x
+    return {"C": np.ascontiguousarray(x), "F": np.asfortranarray(x),
+            "T": np.ascontiguousarray(x.T).T, "strided": wide[:, ::2]}
+
+
+@pytest.mark.parametrize("la", ["C", "F", "T", "strided"])
+@pytest.mark.parametrize("lb", ["C", "F", "strided"])
+@pytest.mark.parametrize("entry", ["@", "np.dot", "einsum"])
+def test_layouts_match_the_cpu_engine(entry, la, lb):
+    a0, b0 = operands(1)
+    a, b = layouts(a0)[la], layouts(b0)[lb]
+    call = {"@": lambda: a @ b, "np.dot": lambda: np.dot(a, b),
+            "einsum": lambda: np.einsum("ij,jk->ik", a, b)}[entry]
+    with ob.enabled(**GPU):
+        got = call()
+    assert ob.stats()["reasons"]["routed"] == {"engine=cuda": 1}
+    assert_same_bits(got, cpu(a0, b0))
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_out_in_either_order_matches_the_cpu_engine(order):
+    a, b = operands(2)
+    out = np.full((M_, N_), np.nan, order=order)
+    with ob.enabled(**GPU):
+        assert np.matmul(a, b, out=out) is out
+    assert_same_bits(out, cpu(a, b))
+
+
+@pytest.mark.parametrize("trans_a", [0, 1])
+@pytest.mark.parametrize("trans_b", [0, 2])
+def test_scipy_dgemm_fortran_operands_match_the_cpu_engine(trans_a, trans_b):
+    blas = pytest.importorskip("scipy.linalg.blas")
+    a0, b0 = operands(3)
+    a = np.asfortranarray(a0.T if trans_a else a0)
+    b = np.asfortranarray(b0.T if trans_b else b0)
+    with ob.enabled(**GPU):
+        got = blas.dgemm(1.0, a, b, trans_a=trans_a, trans_b=trans_b)
+    assert got.flags.f_contiguous
+    assert ob.stats()["routed"] == 1
+    assert_same_bits(got, cpu(a0, b0))
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_non_finite_found_on_the_device_gives_numpys_answer(value):
+    a, b = operands(4)
+    a[17, 5] = value
+    with np.errstate(all="ignore"):
+        want = a @ b
+        with ob.enabled(**GPU):
+            got = a @ b
+    assert_same_bits(got, want)
+    assert ob.stats()["reasons"]["native"] == {"non-finite operand": 1}
+
+
+def test_matmul_numpy_fortran_out_and_steps():
+    from ozaki_backend.cuda import engine
+
+    a, b = operands(5)
+    plan = Plan(M_, N_, K_)
+    out = np.full((M_, N_), np.nan, order="F")
+    steps = {}
+    assert engine.matmul_numpy(a, b, plan, out=out, steps=steps) is out
+    assert_same_bits(out, cpu(a, b))
+    assert set(steps) == {"upload", "engine", "download"}
+    assert all(v > 0 for v in steps.values())
+    with pytest.raises(ValueError):
+        engine.matmul_numpy(a, b, plan, out=np.empty((M_, 2 * N_))[:, ::2])
+
+
+def test_staging_buffers_are_kept_across_calls():
+    from ozaki_backend.cuda import staging
+
+    a, b = operands(6)
+    with ob.enabled(**GPU):
+        a @ b
+    st = staging._get_staging()
+    made = st._made
+    with ob.enabled(**GPU):
+        a @ b
+    assert st._made == made and made >= 1
