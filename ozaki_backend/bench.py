@@ -31,6 +31,9 @@ comparison), one ``kind="accuracy"`` record per (product, phi) with
 ``reference="double-double"``, and ``kind="gemm-issue"`` records for the GEMM issue
 strategies. The machine and commit fields come from :mod:`ozaki_backend.provenance`.
 
+``--host`` runs the host-path benchmark instead (:mod:`ozaki_backend.bench_host`:
+NumPy operands through every entry point inside ``enabled()``, next to plain NumPy).
+
 Times are medians of ``--reps`` runs after one warm-up (CUDA events for device work,
 wall clock for NumPy in/out; :mod:`ozaki_backend.provenance`'s timers); TFLOPS =
 2 m n k / time.
@@ -388,6 +391,10 @@ def _write(path, doc):
 def main(argv=None) -> int:
     """Run the benchmark; print the table last; optionally write JSON."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--host" in argv:  # NumPy operands through every entry point: bench_host.py
+        from .bench_host import main as host_main
+
+        return host_main([a for a in argv if a != "--host"])
     args = _parse(argv)
     from .cuda import availability
 
