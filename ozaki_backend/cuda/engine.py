@@ -81,10 +81,16 @@ def matmul_numpy(a3, b3, plan, *, phases=None, check_finite=False, out=None, bou
         if check_finite and not (np.isfinite(a3).all() and np.isfinite(b3).all()):
             return None
         with translating("CUDA engine (NumPy operands, phase22)"):
-            for idx in np.ndindex(*batch):
-                C = phase22.matmul_2d(cupy.asarray(a3[idx], dtype=np.float64),
-                                      cupy.asarray(b3[idx], dtype=np.float64), plan)
-                out[idx] = cupy.asnumpy(C)
+            stream = staging.thread_stream()
+            with stream:
+                last = {}
+                for idx in np.ndindex(*batch):
+                    A, fa = staging.cached_upload(a3[idx], "a", last, stream)
+                    B, fb = staging.cached_upload(b3[idx], "b", last, stream)
+                    staging.wait(fa + fb)
+                    _download_into(phase22.matmul_2d(A, B, plan), out[idx], stream)
+                last.clear()
+            stream.synchronize()
         return out
     clock = _StepClock(steps)
     with translating("CUDA engine (NumPy operands)"):
@@ -100,22 +106,47 @@ def matmul_numpy(a3, b3, plan, *, phases=None, check_finite=False, out=None, bou
                 clock.lap("upload", stream)
                 C = cupy.empty((m, n), dtype=np.float64)
                 Bd = None if bound is None else cupy.empty((m, n), dtype=np.float64)
-                if pipeline.product_into(A, B, plan, C, phases=phases,
-                                         check_finite=check_finite, bound=Bd) is None:
+                # Finished row (column) blocks of C download while the next compute;
+                # not when the steps are timed one after the other.
+                tiles = staging.TileDownloads(C, out[idx], stream, phases,
+                                              blocks=1 if steps is not None else
+                                              download_blocks(m, n))
+                try:
+                    outcome = pipeline.product_into(A, B, plan, C, phases=tiles,
+                                                    check_finite=check_finite, bound=Bd)
+                finally:
+                    whole = tiles.finish()
+                if outcome is None:
                     return None
                 if flags is not None:
                     overflow = overflow or bool(cupy.isinf(C).any())
                 clock.lap("engine", stream)
-                _download_into(C, out[idx], stream)
+                if not whole or outcome in (pipeline.RESIDUAL, pipeline.NATIVE):
+                    # not tiled, or rewritten after its tiles came down
+                    _download_into(C, out[idx], stream)
                 if Bd is not None:
                     _download_into(Bd, bound[idx], stream)
                 clock.lap("download", stream)
-                del C, Bd
+                del C, Bd, tiles
             last.clear()
         stream.synchronize()
         if flags is not None:
             flags["overflow"] = overflow
     return out
+
+
+#: Results of at least this many bytes (and sides of at least OVERLAP_MIN_SIDE) come
+#: down in :data:`OVERLAP_BLOCKS` blocks while the rest computes; smaller ones in one
+#: piece after the product (the narrower GEMMs would cost more than the overlap saves).
+OVERLAP_BYTES = 32 << 20
+OVERLAP_MIN_SIDE = 512
+OVERLAP_BLOCKS = 4
+
+
+def download_blocks(m, n) -> int:
+    """Output blocks of an ``m x n`` result that download while the next compute."""
+    big = 8 * m * n >= OVERLAP_BYTES and min(m, n) >= OVERLAP_MIN_SIDE
+    return OVERLAP_BLOCKS if big else 1
 
 
 def _download_layout(o):
@@ -129,6 +160,8 @@ def _download_layout(o):
 def _download_into(C, o, stream):
     """The C-ordered device result ``C`` into the 2-D host slice ``o`` (C- or
     Fortran-contiguous), one pinned-staged transfer, no host transposing copy."""
+    if not C.flags.c_contiguous:
+        C = cupy.ascontiguousarray(C)
     if _download_layout(o) == "C":
         staging.download(C, o, stream)
     else:  # Fortran order: transpose on the device (a memory-bound pass), then copy flat

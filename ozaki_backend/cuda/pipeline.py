@@ -82,6 +82,16 @@ def _nothing(_name):
     yield
 
 
+def _host_tiles(ph, tm, tn):
+    """``(tm, tn)`` capped by the host path's ``ph.tile_cap`` (``(rows, cols)``, set by
+    ``engine.matmul_numpy`` so that finished output tiles download while the next ones
+    compute); tiles only partition the output, so the bits do not change."""
+    cap = getattr(ph, "tile_cap", None)
+    if cap is None:
+        return tm, tn
+    return max(1, min(tm, cap[0])), max(1, min(tn, cap[1]))
+
+
 def _product_layout(tm, tn, kpad, N, path="cublas"):
     """Workspace of the integer product for ``(tm, tn)`` tiles: the residue planes and
     the N products (int32 planes on the cuBLAS path, residue bytes on the fused one)."""
@@ -225,6 +235,7 @@ def integer_product_into(prep: Prepared, n_moduli, s, t, out, *, alpha=1.0, beta
     if strategy not in ("batched", "loop"):
         strategy = None
     tm, tn = choose_tiles(m, n, kpad, N, path=path)
+    tm, tn = _host_tiles(ph, tm, tn)
     prod = _product_layout(tm, tn, kpad, N, path)
     buf = cupy.empty(prod.nbytes, dtype=np.uint8)
     v = prod.carve(buf)
@@ -250,6 +261,9 @@ def integer_product_into(prep: Prepared, n_moduli, s, t, out, *, alpha=1.0, beta
             crt.crt_into(C, N, i1 - i0, j1 - j0, s[i0:i1], t[j0:j1], out[i0:i1, j0:j1],
                          alpha=alpha, beta=beta,
                          C0=None if C0 is None else C0[i0:i1, j0:j1])
+        done = getattr(ph, "tile_done", None)  # the host path downloads it meanwhile
+        if done is not None:
+            done(i0, i1, j0, j1)
     del buf, v, RA, RB, C
 
 
