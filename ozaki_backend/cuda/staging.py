@@ -233,6 +233,16 @@ class TileDownloads:
     def __call__(self, name):
         return self.phases(name) if self.phases is not None else _no_phase()
 
+    @property
+    def workspace_peak(self):
+        """Forwarded to the benchmark's ``Phases`` (the pipeline records it there)."""
+        return getattr(self.phases, "workspace_peak", None)
+
+    @workspace_peak.setter
+    def workspace_peak(self, value):
+        if self.phases is not None:
+            self.phases.workspace_peak = value
+
     def tile_done(self, i0, i1, j0, j1):
         """Queue the download of the finished tile ``C[i0:i1, j0:j1]`` when it covers
         whole rows (C destination) or whole columns (Fortran destination)."""
