@@ -147,11 +147,11 @@ def _plan_counts(k: int, mn: int, opts_key: tuple) -> tuple[int, int]:
 
 
 def decide(config, m: int, n: int, k: int, batch: int = 1, entry: str = "",
-           model=None) -> Decision:
+           cost=None) -> Decision:
     """The decision for ``batch`` products ``(m, k) @ (k, n)`` under ``config``.
 
     Does not look at the data (see the module docstring for the non-finite check).
-    ``model`` is the :class:`CostModel` to consult (default: the process-wide one).
+    ``cost`` is the :class:`CostModel` to consult (default: the process-wide one).
     """
     # Built positionally: a decision per product a scope hands to Python (the C hook
     # and the wrappers' callers pay for it).
@@ -176,7 +176,9 @@ def decide(config, m: int, n: int, k: int, batch: int = 1, entry: str = "",
     # The estimate depends on the output size only through the certificate's factor,
     # which has two regimes (below and above CERT_SMALL elements).
     n_gemms, n_mod = _plan_counts(k, min(m * n, CERT_SMALL), tuple(sorted(config.opts.items())))
-    model = model or cost_model()
+    model = cost_model()
+    if cost is not None:
+        model = cost
     t_host = model.host_seconds(m, n, k, batch)
     t_emu = model.emulated_seconds(m, n, k, batch, n_gemms, n_mod)
     if model.routes(t_host, t_emu):

@@ -41,7 +41,7 @@ def model(**kw):
 @pytest.mark.parametrize("m, k, n", GRID)
 def test_grid_decisions_follow_the_rates(m, k, n):
     cm = model()
-    d = routing.decide(CUDA, m, n, k, model=cm)
+    d = routing.decide(CUDA, m, n, k, cost=cm)
     assert d.est_host_s == cm.host_seconds(m, n, k)
     assert d.est_emulated_s > cm.overhead_s
     assert bool(d) == cm.routes(d.est_host_s, d.est_emulated_s)
@@ -51,8 +51,8 @@ def test_grid_decisions_follow_the_rates(m, k, n):
 
 def test_grid_extremes():
     cm = model()
-    assert not routing.decide(CUDA, 256, 256, 256, model=cm)
-    assert routing.decide(CUDA, 16384, 16384, 16384, model=cm).engine == "cuda"
+    assert not routing.decide(CUDA, 256, 256, 256, cost=cm)
+    assert routing.decide(CUDA, 16384, 16384, 16384, cost=cm).engine == "cuda"
 
 
 def test_host_rate_is_per_shape_class():
@@ -66,8 +66,8 @@ def test_host_rate_is_per_shape_class():
     fast = model(rates={"host": {"dgemm": [dict(e, gflops=1e4) if e["m"] == 64 else e
                                            for e in HOST["dgemm"]]}, "device": DEVICE})
     shape = dict(m=64, n=64, k=100000)
-    assert routing.decide(CUDA, model=slow, **shape)
-    assert not routing.decide(CUDA, model=fast, **shape)
+    assert routing.decide(CUDA, cost=slow, **shape)
+    assert not routing.decide(CUDA, cost=fast, **shape)
 
 
 def test_one_given_host_rate_overrides_the_table():
@@ -96,7 +96,7 @@ def test_floor_is_a_lower_bound_of_routed_products():
         m, n, k = (max(1, int(math.exp(x))) for x in e)
         if m < 2 or n < 2:
             continue
-        assert not routing.decide(CUDA, m, n, k, model=cm), (m, n, k)
+        assert not routing.decide(CUDA, m, n, k, cost=cm), (m, n, k)
 
 
 def test_defaults_before_tune():
