@@ -175,12 +175,14 @@ def measure_device_rates(*, transfer_mib=256, gemm_n=8192, repeats=5, log=print)
       buffers kept across calls, filled by several threads), best of ``repeats``;
     * ``int8_tops``: one cuBLAS INT8 GEMM of ``gemm_n`` cubed (one modulus' product);
     * ``device_gbps``: a device-to-device copy (bytes read + written);
-    * ``overhead_s``: a whole 128-cubed product with NumPy operands (the fixed cost).
+    * ``overhead_s``: a whole 128-cubed product with NumPy operands (the fixed cost);
+    * ``pageable_gbps``: a plain ``.get()`` into a fresh array (out-of-core result
+      tiles); ``device_mem_gb``: the device's memory.
 
     Returns
     -------
     dict
-        Those five rates, ``measured`` and ``command``.
+        Those rates, ``measured`` and ``command``.
     """
     import cupy
 
@@ -224,8 +226,12 @@ def measure_device_rates(*, transfer_mib=256, gemm_n=8192, repeats=5, log=print)
     plan = Plan(128, 128, 128)
     t_small = median_wall_time(lambda: engine.matmul_numpy(small[0], small[1], plan),
                                repeats)
+    small_dev = cupy.asarray(host[: n_el // 4])   # a plain copy: out-of-core result tiles
+    t_pageable = min(_wall(lambda: small_dev.get()) for _ in range(repeats))
+    _, total = cupy.cuda.runtime.memGetInfo()
     nbytes = host.nbytes
     rec = {"h2d_gbps": nbytes / t_up / 1e9, "d2h_gbps": nbytes / t_down / 1e9,
+           "pageable_gbps": small_dev.nbytes / t_pageable / 1e9, "device_mem_gb": total / 1e9,
            "int8_tops": 2.0 * g ** 3 / t_gemm / 1e12,
            "device_gbps": 2.0 * nbytes / t_copy / 1e9, "overhead_s": t_small,
            "measured": time.strftime("%Y-%m-%d"), "command": "python -m ozaki_backend tune"}

@@ -38,7 +38,15 @@ RATES_ENV = "OZAKI_BACKEND_RATES"
 #: staged NumPy path reaches less), so that an unmeasured machine keeps borderline
 #: products native rather than routing them at a loss.
 DEFAULTS = {"h2d_gbps": 10.0, "d2h_gbps": 10.0, "int8_tops": 800.0,
-            "device_gbps": 3000.0, "overhead_s": 3e-3}
+            "device_gbps": 3000.0, "overhead_s": 3e-3, "device_mem_gb": 80.0,
+            "pageable_gbps": 2.4}
+
+#: A product whose operands and result (float64) plus the workspace (at most this
+#: much, the engine's default cap) exceed this fraction of the device memory runs out of
+#: core (the CUDA engine's rule): operands re-read per tile, result tiles copied out
+#: through pageable memory.
+OUT_OF_CORE_FRACTION = 0.85
+WORKSPACE_CAP_BYTES = 16 << 30
 
 #: Routing needs the emulated estimate to beat the host estimate by this fraction
 #: (the estimates' error: a product routed at the margin is at worst about this much
@@ -61,8 +69,8 @@ class CostModel:
     ----------
     host_gflops : float, optional
         One host rate for every shape (overrides the table's per-shape rates).
-    h2d_gbps, d2h_gbps, int8_tops, device_gbps, overhead_s : float, optional
-        Override the table / :data:`DEFAULTS`.
+    h2d_gbps, d2h_gbps, int8_tops, device_gbps, overhead_s, device_mem_gb, pageable_gbps
+        Override the table / :data:`DEFAULTS` (floats, optional).
     rates : dict or None or "auto"
         A rate record ``{"host": {...}, "device": {...}}`` as :func:`machine_rates`
         returns it; ``"auto"`` (the process-wide model) reads this machine's from the
@@ -81,15 +89,21 @@ class CostModel:
         Device memory bandwidth (GB/s) for scaling, residues and CRT.
     overhead_s : float
         Fixed cost per routed call: planning, workspace, launches, synchronisation.
+    device_mem_gb : float
+        Device memory (GB): products that do not fit run out of core.
+    pageable_gbps : float
+        Device->host rate of a plain (pageable) copy: out-of-core result tiles.
     host_table : tuple of (m, n, k, gflops)
         The host DGEMM rates measured per shape (empty: one rate, :attr:`host_gflops`).
     """
 
     #: The adjustable parameters besides ``host_gflops``.
-    PARAMS = ("h2d_gbps", "d2h_gbps", "int8_tops", "device_gbps", "overhead_s")
+    PARAMS = ("h2d_gbps", "d2h_gbps", "int8_tops", "device_gbps", "overhead_s",
+              "device_mem_gb", "pageable_gbps")
 
     def __init__(self, host_gflops=None, h2d_gbps=None, d2h_gbps=None, int8_tops=None,
-                 device_gbps=None, overhead_s=None, *, rates=None, margin=MARGIN):
+                 device_gbps=None, overhead_s=None, *, device_mem_gb=None,
+                 pageable_gbps=None, rates=None, margin=MARGIN):
         set_ = object.__setattr__
         set_(self, "_host_gflops", None if host_gflops is None else float(host_gflops))
         set_(self, "host_source", "given" if host_gflops is not None else None)
@@ -97,7 +111,8 @@ class CostModel:
         set_(self, "_listeners", [])
         set_(self, "margin", float(margin))
         set_(self, "_given", {k: float(v) for k, v in zip(
-            self.PARAMS, (h2d_gbps, d2h_gbps, int8_tops, device_gbps, overhead_s))
+            self.PARAMS, (h2d_gbps, d2h_gbps, int8_tops, device_gbps, overhead_s,
+                          device_mem_gb, pageable_gbps))
             if v is not None})
         set_(self, "_rates", rates)
         set_(self, "_loaded", rates != "auto")
@@ -213,9 +228,23 @@ class CostModel:
         return 2.0 * m * n * k * batch / (self.host_rate(m, n, k) * 1e9)
 
     # ---------------------------------------------------------------- GPU side
+    def out_of_core(self, m, n, k) -> bool:
+        """Whether the engine would run ``(m, k) @ (k, n)`` out of core (see
+        :data:`OUT_OF_CORE_FRACTION`)."""
+        usable = OUT_OF_CORE_FRACTION * self.device_mem_gb * 1e9
+        return 8.0 * (m * k + k * n + m * n) + min(WORKSPACE_CAP_BYTES, usable) > usable
+
     def emulated_seconds(self, m, n, k, batch=1, n_gemms=16, n_moduli=15) -> float:
-        """Transfers + modular GEMMs + memory-bound stages + fixed overhead."""
-        xfer = 8.0 * (m * k + k * n) / (self.h2d_gbps * 1e9) + 8.0 * m * n / (self.d2h_gbps * 1e9)
+        """Transfers + modular GEMMs + memory-bound stages + fixed overhead.
+
+        Out of core (:meth:`out_of_core`), the operands are counted once per pass over
+        half the device memory and the result at the pageable rate."""
+        ops, res = 8.0 * (m * k + k * n), 8.0 * m * n
+        if self.out_of_core(m, n, k):
+            passes = math.ceil((ops + res) / (0.5 * self.device_mem_gb * 1e9))
+            xfer = passes * ops / (self.h2d_gbps * 1e9) + res / (self.pageable_gbps * 1e9)
+        else:
+            xfer = ops / (self.h2d_gbps * 1e9) + res / (self.d2h_gbps * 1e9)
         gemm = n_gemms * 2.0 * m * n * k / (self.int8_tops * 1e12)
         mem = (8.0 + n_moduli) * (m * k + k * n) + (4.0 * n_moduli + 8.0) * m * n
         return self.overhead_s + batch * (xfer + gemm + mem / (self.device_gbps * 1e9))

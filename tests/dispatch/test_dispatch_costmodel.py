@@ -170,3 +170,17 @@ def test_explicit_matmul_always_emulates():
     a = np.random.default_rng(1).standard_normal((8, 8))
     ob.matmul(a, a, engine="cpu")      # far below any floor: still emulated
     assert ob.stats()["routed"] == 1
+
+
+def test_products_larger_than_the_device_are_estimated_out_of_core():
+    small = model(device_mem_gb=80.0)
+    big = model(device_mem_gb=1000.0)
+    m = n = 100000
+    k = 64
+    assert small.out_of_core(m, n, k) and not big.out_of_core(m, n, k)
+    assert not small.out_of_core(8192, 8192, 8192)
+    t_small, t_big = small.emulated_seconds(m, n, k), big.emulated_seconds(m, n, k)
+    # the result through pageable copies (2.4 GB/s by default) instead of the staged rate
+    assert t_small - t_big >= 8.0 * m * n * (1 / 2.4e9 - 1 / DEVICE["d2h_gbps"] / 1e9) * 0.99
+    assert routing.decide(CUDA, m, n, k, cost=big)
+    assert not routing.decide(CUDA, m, n, k, cost=small)
