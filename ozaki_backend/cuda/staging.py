@@ -114,14 +114,56 @@ def _upload_flat(x, stream):
 def upload_start(x, stream):
     """Start the device copy of a 2-D float64 host array: ``(device_array, futures)``.
 
-    F-ordered arrays keep their layout (the kernels read any strides); other
-    non-contiguous ones are packed into C order first."""
+    F-ordered arrays keep their layout (the kernels read any strides); a view whose
+    rows (or columns) are contiguous but spaced apart (``X[:, :k]``, ``X[:k].T``) is
+    packed by the staging threads straight into the pinned chunks, block of rows by
+    block of rows; only other strided views are packed on the host first."""
     if x.flags.c_contiguous:
         return _upload_flat(x, stream)
     if x.flags.f_contiguous:
         dev, futs = _upload_flat(x.T, stream)
         return dev.T, futs
+    item = x.itemsize
+    if x.ndim == 2 and x.strides[1] == item and x.shape[1] * item <= CHUNK_BYTES:
+        return _upload_rows(x, stream)
+    if x.ndim == 2 and x.strides[0] == item and x.shape[0] * item <= CHUNK_BYTES:
+        dev, futs = _upload_rows(x.T, stream)
+        return dev.T, futs
     return _upload_flat(np.ascontiguousarray(x), stream)
+
+
+def _upload_rows(x, stream):
+    """:func:`_upload_flat` for a 2-D array whose rows are contiguous but spaced apart:
+    each job copies a block of whole rows into its pinned slot (the gather is the copy
+    into pinned memory that a contiguous array needs anyway) and queues its DMA."""
+    st = _get_staging()
+    rows, cols = x.shape
+    dev = cupy.empty(x.shape, dtype=x.dtype)
+    row_bytes = cols * x.itemsize
+    per = max(1, CHUNK_BYTES // row_bytes)
+    dptr = dev.data.ptr
+
+    def job(slot, r0, r1, keep=dev):  # `keep`: the device buffer outlives its DMAs
+        try:
+            nb = (r1 - r0) * row_bytes
+            np.copyto(slot[:nb].view(x.dtype).reshape(r1 - r0, cols), x[r0:r1])
+            cupy.cuda.runtime.memcpyAsync(dptr + r0 * row_bytes, slot.ctypes.data, nb,
+                                          _H2D, stream.ptr)
+            ev = cupy.cuda.Event(block=False, disable_timing=True)
+            ev.record(stream)
+            ev.synchronize()
+        finally:
+            st.release(slot)
+
+    futs = []
+    for r0 in range(0, rows, per):
+        slot = st.acquire()
+        try:
+            futs.append(st.pool.submit(job, slot, r0, min(rows, r0 + per)))
+        except BaseException:
+            st.release(slot)
+            raise
+    return dev, futs
 
 
 def wait(futures):

@@ -39,12 +39,19 @@ def cpu(a, b):
 def layouts(x):
     wide = np.zeros((x.shape[0], 2 * x.shape[1]))
     wide[:, ::2] = x
+    padded = np.zeros((x.shape[0] + 5, x.shape[1] + 7))
+    padded[:x.shape[0], :x.shape[1]] = x
+    padded_t = np.zeros((x.shape[1] + 7, x.shape[0] + 5))
+    padded_t[:x.shape[1], :x.shape[0]] = x.T
     return {"C": np.ascontiguousarray(x), "F": np.asfortranarray(x),
-            "T": np.ascontiguousarray(x.T).T, "strided": wide[:, ::2]}
+            "T": np.ascontiguousarray(x.T).T, "strided": wide[:, ::2],
+            # contiguous rows (columns) spaced apart: packed straight into pinned chunks
+            "rows": padded[:x.shape[0], :x.shape[1]],
+            "cols": padded_t[:x.shape[1], :x.shape[0]].T}
 
 
-@pytest.mark.parametrize("la", ["C", "F", "T", "strided"])
-@pytest.mark.parametrize("lb", ["C", "F", "strided"])
+@pytest.mark.parametrize("la", ["C", "F", "T", "strided", "rows", "cols"])
+@pytest.mark.parametrize("lb", ["C", "F", "strided", "rows", "cols"])
 @pytest.mark.parametrize("entry", ["@", "np.dot", "einsum"])
 def test_layouts_match_the_cpu_engine(entry, la, lb):
     a0, b0 = operands(1)
@@ -142,3 +149,23 @@ def test_tiles_download_while_the_rest_computes(monkeypatch, order, scheme_modul
     want = ob.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b), engine="cpu",
                      **({} if scheme_moduli is None else {"moduli": 8}))
     assert_same_bits(out, want)
+
+
+@pytest.mark.parametrize("la", ["C", "F", "T", "rows", "cols"])
+def test_upload_makes_no_host_copy(monkeypatch, la):
+    """C- and F-ordered operands and views with contiguous rows (columns) go into the
+    pinned chunks as they lie: no host-side packing or transposing copy."""
+    from ozaki_backend.cuda import engine
+
+    a0, b0 = operands(8)
+    a, b = layouts(a0)[la], layouts(b0)[la]
+    copies = []
+    for name in ("ascontiguousarray", "asfortranarray", "copy"):
+        real = getattr(np, name)
+        monkeypatch.setattr(np, name, lambda x, *args, _r=real, **kw:
+                            copies.append(np.shape(x)) or _r(x, *args, **kw))
+    got = engine.matmul_numpy(a, b, Plan(M_, N_, K_), check_finite=True)
+    monkeypatch.undo()
+    assert (M_, K_) not in copies and (K_, N_) not in copies
+    assert (K_, M_) not in copies and (N_, K_) not in copies
+    assert_same_bits(got, cpu(a0, b0))
