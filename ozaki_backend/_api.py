@@ -155,10 +155,12 @@ def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None,
     full = ms.batch + (ms.m, ms.n)
     # Write straight into out= when it is a plain float64 result buffer that does not
     # overlap the operands (chunked transfers would otherwise read results); a
-    # Fortran-ordered 2-D one too (SciPy's result), which the engines fill in place.
+    # Fortran-ordered matrix too (SciPy's result), which the engines fill in place.
+    one = all(d == 1 for d in ms.batch)
     direct = (out is not None and (xp is not np or (alpha == 1.0 and beta == 0.0))
               and out.dtype == np.float64
-              and (out.flags.c_contiguous or (out.flags.f_contiguous and out.shape == full))
+              and (out.flags.c_contiguous
+                   or (one and out.flags.f_contiguous and out.shape == full))
               and not xp.may_share_memory(out, a) and not xp.may_share_memory(out, b))
     res = out.reshape(full) if direct else xp.empty(full, dtype=np.float64)
     c3 = None
