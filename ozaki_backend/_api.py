@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _native, _options, _stats, registry, semantics
-from .engine import OVERFLOW
+from .engine import OVERFLOW, workspace_limit
 from .plan import Plan, bind
 
 #: Returned by :func:`product` called with ``declined=DECLINED`` when the engine declined
@@ -21,7 +21,8 @@ DECLINED = object()
 
 
 def matmul(a, b, *, precision="fp64", bits=None, moduli=None, mode="accurate",
-           scheme="ozaki2", engine="auto", out=None, residual=False, return_bound=False):
+           scheme="ozaki2", engine="auto", out=None, residual=False, return_bound=False,
+           workspace=None):
     """Matrix product of float64 operands computed with INT8 GEMMs (Ozaki scheme II).
 
     Same semantics as :func:`numpy.matmul`: 1-D operands are promoted and the added
@@ -60,6 +61,11 @@ def matmul(a, b, *, precision="fp64", bits=None, moduli=None, mode="accurate",
         only): the product's certificate (``docs/spec.md`` §10), ``gamma_k |a||b|`` for
         a product computed natively by the fallback, ``inf`` where NumPy computed the
         product itself (non-finite or non-float64 operands).
+    workspace : int or str, optional
+        Device-memory budget of the CUDA engine's workspace, in bytes or as a string
+        like ``"16GiB"`` (default: ``OZAKI_BACKEND_WORKSPACE``, else 85 % of the free
+        device memory, at most 16 GiB). Larger products are tiled; the bits never
+        change.
 
     Returns
     -------
@@ -80,7 +86,8 @@ def matmul(a, b, *, precision="fp64", bits=None, moduli=None, mode="accurate",
     which therefore raise NumPy's own exception.
     """
     opts = _options.normalize(precision=precision, bits=bits, moduli=moduli, mode=mode,
-                              scheme=scheme, engine=engine, residual=residual)
+                              scheme=scheme, engine=engine, residual=residual,
+                              workspace=workspace)
     if return_bound:
         if opts["scheme"] != "ozaki2":
             raise ValueError("return_bound=True needs scheme='ozaki2' (the seed scheme "
@@ -130,6 +137,12 @@ def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None,
         if alpha != 1.0 or beta != 0.0:
             raise ValueError("return_bound needs alpha == 1 and beta == 0")
         return _product_with_bound(a, b, opts, out=out, plan=plan, fp_name=fp_name)
+    if "workspace" in opts:          # a budget, not a numerical option: the plan never sees it
+        opts = dict(opts)
+        with workspace_limit(opts.pop("workspace")):
+            return product(a, b, opts, out=out, alpha=alpha, beta=beta, c=c, plan=plan,
+                           fp_name=fp_name, overflowed=overflowed, declined=declined,
+                           _bound_out=_bound_out)
     if c is None and beta != 0:
         semantics.check_c(beta, c, ())   # raises: alpha A B + beta C needs C
     xp = semantics.namespace(a, b)

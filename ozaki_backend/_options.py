@@ -48,9 +48,21 @@ def _optional_int(name, value, lo, hi):
     return value
 
 
+def parse_workspace(value):
+    """The ``workspace=`` option (``OZAKI_BACKEND_WORKSPACE``): bytes as an int, or a
+    string such as ``"16GiB"``, ``"12GB"``, ``"512MiB"``; None (or ``""``) for the
+    default budget (``docs/configuration.md``)."""
+    from .spec.tiling import parse_bytes
+
+    return parse_bytes(value, "workspace")
+
+
 def normalize(precision="fp64", bits=None, moduli=None, mode="accurate",
-              scheme="ozaki2", engine="auto", residual=False):
+              scheme="ozaki2", engine="auto", residual=False, workspace=None):
     """Validate the numerical options; return them as a dict.
+
+    ``workspace`` (a device-memory budget, :func:`parse_workspace`) changes no bit of
+    any result; it is in the dict only when given.
 
     Raises
     ------
@@ -72,6 +84,9 @@ def normalize(precision="fp64", bits=None, moduli=None, mode="accurate",
     if not isinstance(residual, bool):
         raise TypeError(f"residual must be a bool; got {type(residual).__name__}")
     out["residual"] = residual
+    workspace = parse_workspace(workspace)
+    if workspace is not None:
+        out["workspace"] = workspace
     if out["bits"] is not None and out["moduli"] is not None:
         raise ValueError("give at most one of bits= and moduli=")
     if out["scheme"] == "phase22" and (out["bits"] is not None or out["moduli"] is not None):

@@ -16,6 +16,7 @@ _bytes: Counter = Counter()       # direction -> bytes moved host<->device
 _seconds: Counter = Counter()     # outcome -> seconds spent
 _moduli: Counter = Counter()      # moduli count -> 2-D Ozaki-II products computed with it
 _certificate: Counter = Counter()  # outcome -> 2-D Ozaki-II products
+_symmetric: Counter = Counter()   # "products", "work", "general_work" (multiply-adds)
 _last = threading.local()         # this thread's last moduli count
 
 
@@ -43,6 +44,22 @@ def record_certificate(outcome: str) -> None:
         _certificate[outcome] += 1
 
 
+def record_symmetric(work: int, general_work: int) -> None:
+    """Count one 2-D symmetric product (``x.T @ x``, ``x @ x.T``: one triangle computed
+    and mirrored) with the INT8 multiply-adds it did (``work``) and those the general
+    product of that shape would do (``general_work``)."""
+    with _lock:
+        _symmetric["products"] += 1
+        _symmetric["work"] += int(work)
+        _symmetric["general_work"] += int(general_work)
+    _last.symmetric_work = (int(work), int(general_work))
+
+
+def last_symmetric_work():
+    """``(work, general_work)`` of this thread's most recent symmetric product, or None."""
+    return getattr(_last, "symmetric_work", None)
+
+
 def last_moduli():
     """The moduli count of this thread's most recent 2-D Ozaki-II product, or None."""
     return getattr(_last, "n_moduli", None)
@@ -50,10 +67,11 @@ def last_moduli():
 
 def snapshot() -> dict:
     """A copy of the counters: ``{"counts": {...}, "bytes": {...}, "seconds": {...},
-    "moduli": {...}, "certificate": {...}}``."""
+    "moduli": {...}, "certificate": {...}, "symmetric": {...}}``."""
     with _lock:
         return {"counts": dict(_counts), "bytes": dict(_bytes), "seconds": dict(_seconds),
-                "moduli": dict(sorted(_moduli.items())), "certificate": dict(_certificate)}
+                "moduli": dict(sorted(_moduli.items())), "certificate": dict(_certificate),
+                "symmetric": dict(_symmetric)}
 
 
 def reset() -> None:
@@ -63,7 +81,9 @@ def reset() -> None:
         _seconds.clear()
         _moduli.clear()
         _certificate.clear()
+        _symmetric.clear()
     _last.__dict__.pop("n_moduli", None)
+    _last.__dict__.pop("symmetric_work", None)
 
 
 class timer:

@@ -94,6 +94,35 @@ def namespace(a, b):
     return None
 
 
+def data_pointer(x):
+    """The address of ``x``'s first element: a NumPy array's (``__array_interface__``)
+    or a CuPy array's (``x.data.ptr``), None for anything else."""
+    iface = getattr(x, "__array_interface__", None)
+    if iface is not None:
+        return iface["data"][0]
+    data = getattr(x, "data", None)
+    return getattr(data, "ptr", None)
+
+
+def transpose_pair(a, b) -> bool:
+    """Whether ``a @ b`` is a symmetric product ``x.T @ x`` or ``x @ x.T``: two 2-D
+    views of one buffer, ``b`` the transpose of ``a`` (same first element, shapes
+    ``(m, k)`` / ``(k, m)``, strides swapped, same dtype).
+
+    This is NumPy's own rule for calling ``syrk`` instead of ``gemm`` (a product of two
+    equal but separate arrays is not detected, in NumPy or here). NumPy or CuPy arrays
+    alike; never copies or reads the data.
+    """
+    if getattr(a, "ndim", None) != 2 or getattr(b, "ndim", None) != 2:
+        return False
+    if type(a) is not type(b) or a.dtype != b.dtype:
+        return False
+    if tuple(a.shape) != tuple(b.shape)[::-1] or tuple(a.strides) != tuple(b.strides)[::-1]:
+        return False
+    pa = data_pointer(a)
+    return pa is not None and pa == data_pointer(b)
+
+
 def unwrap_out(out):
     """``out=`` as a single array: the ufunc form ``out=(array,)`` is accepted too."""
     if type(out) is tuple and len(out) == 1:

@@ -17,6 +17,10 @@
 #   --sanitize  also run scripts/sanitize.py under compute-sanitizer memcheck and racecheck
 #   --gemmul8   after our bench, GEMMul8's own benchmark in the same call
 #               (scripts/gemmul8-side-by-side.sh; carry .gemmul8 too)
+#   --workspace PARTS  only scripts/workspace_symmetric.py, for each comma-separated
+#               part (symmetric, budget, outofcore; issue 17): symmetric vs general
+#               time, a 16 GB budget vs unbounded, out of core bitwise; no tests, no
+#               bench; WS_ARGS adds options, WS_TIMEOUT bounds each part
 #
 # TEST_TIMEOUT / BENCH_TIMEOUT (seconds) bound each part; logs survive a timeout.
 # Needs: CuPy and pytest on the device; array-api-compat is installed from .whl/ if the
@@ -27,7 +31,7 @@ OUT=${OUT:-/tmp/ozaki-gpu-check}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
-run_tests=1 run_bench=1 run_tune=0 run_san=0 run_g8=0 run_host=0 kexpr=()
+run_tests=1 run_bench=1 run_tune=0 run_san=0 run_g8=0 run_host=0 kexpr=() ws_parts=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests-only) run_bench=0; shift ;;
@@ -36,6 +40,7 @@ while [ $# -gt 0 ]; do
     --tune) run_tune=1; shift ;;
     --sanitize) run_san=1; shift ;;
     --gemmul8) run_g8=1; shift ;;
+    --workspace) ws_parts="$2"; run_tests=0; run_bench=0; shift 2 ;;
     -k) kexpr=(-k "$2"); shift 2 ;;
     *) break ;;
   esac
@@ -74,7 +79,7 @@ if [ $run_tests = 1 ]; then
   rc_tests=$?
   echo "pytest: rc=$rc_tests in $(( $(date +%s) - t0 )) s" >>"$OUT/pytest.log"
 fi
-rc_tune=0 rc_san=0 rc_g8=0 rc_host=0
+rc_tune=0 rc_san=0 rc_g8=0 rc_ws=0 rc_host=0
 if [ $run_host = 1 ]; then
   export OZAKI_BACKEND_RATES="$OUT/host_rates.json"
   timeout "${RATES_TIMEOUT:-150}" python3 -m ozaki_backend tune --rates-only \
@@ -100,6 +105,12 @@ if [ $run_bench = 1 ]; then
     python3 -c "import sys; from ozaki_backend.bench import main; sys.exit(main(sys.argv[1:]))" \
     --json "$OUT/bench.json" "$@" >"$OUT/bench.log" 2>&1
   rc_bench=$?
+fi
+if [ -n "$ws_parts" ]; then
+  for part in ${ws_parts//,/ }; do
+    timeout "${WS_TIMEOUT:-280}" python3 scripts/workspace_symmetric.py "$part" ${WS_ARGS:-} \
+      >"$OUT/workspace-$part.log" 2>&1 || rc_ws=1
+  done
 fi
 if [ $run_g8 = 1 ]; then
   # GEMMUL8_ARGS: driver options, e.g. "--moduli 14-17 --reps 5"
@@ -138,7 +149,13 @@ if [ $run_san = 1 ]; then
   grep -E "IGMMA|UTMALDG|Used|spill" "$OUT/kernels.log" | tail -n 12
   for tool in memcheck racecheck; do tail -n 3 "$OUT/sanitize-$tool.log"; done
 fi
+if [ -n "$ws_parts" ]; then
+  for part in ${ws_parts//,/ }; do
+    echo "==== workspace_symmetric.py $part (workspace-$part.log)"
+    grep -v '^{' "$OUT/workspace-$part.log" | tail -n 25
+  done
+fi
 if [ $run_g8 = 1 ]; then
   echo "==== GEMMul8 side by side (rc=$rc_g8; gemmul8.log)"; tail -n 60 "$OUT/gemmul8-table.log"
 fi
-exit $(( rc_tests != 0 || rc_bench != 0 || rc_tune != 0 || rc_san != 0 || rc_g8 != 0 || rc_host != 0 ))
+exit $(( rc_tests != 0 || rc_bench != 0 || rc_tune != 0 || rc_san != 0 || rc_g8 != 0 || rc_ws != 0 || rc_host != 0 ))

@@ -17,8 +17,14 @@ Plots:
   end_to_end_vs_numpy.png  NumPy in -> NumPy out: seconds vs n, ozaki_backend.matmul
                            against NumPy on the host and a plain CuPy round trip
 
-A series measured in more than one file for the same GPU is drawn once, from the file
-with the emulation's own records (see ``_one_source``).
+A series measured in more than one file for the same GPU is drawn once, from the newest
+file (then the one with the most emulation records; see ``_one_source``), so that a
+rule change (the certified ``precision="fp64"`` of 2026-12-01) shows on the plots as
+soon as its measurements are committed. Legends carry the moduli counts the drawn
+records used, and the date where a plot mixes runs of different dates; ``LEGENDS``
+keeps every plot's legend texts for the tests. The docs build
+(``docs/hooks/plots.py``) runs this script, so the site's plots always match
+``docs/data/``.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 SCHEMA = "ozaki_backend-bench/1"
 EXACT_FLOOR = 1e-17  # where an error of exactly zero is drawn on log axes
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LEGENDS: dict[str, list[str]] = {}  # file name -> legend texts of the last drawing
 
 
 def load(data_dir):
@@ -113,7 +120,8 @@ def _size_axis(ax, pairs, label):
 def _finish(fig, ax, title, sources, path):
     ax.set_title(title, fontsize=11)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7.5, loc="best")
+    legend = ax.legend(fontsize=7.5, loc="best")
+    LEGENDS[os.path.basename(path)] = [t.get_text() for t in legend.get_texts()]
     fig.text(0.01, 0.005, "Measured on: " + "; ".join(sorted(sources)), fontsize=7,
              color="0.35", ha="left", va="bottom")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
@@ -228,13 +236,17 @@ def _series_id(d, r):
 def _one_source(pairs, out):
     """Keep each series (same ``what`` label, same GPU) from one file only.
 
-    A series (same impl, io, mode and moduli choice, same GPU) measured in several files (native DGEMM, say, timed both by
-    ``scripts/measure.py gpu`` and by ``python -m ozaki_backend bench``) is drawn from
-    the file holding the most ozaki_backend records: the run whose baselines were timed
-    next to the emulation they are compared with. The others are dropped, with a note.
+    A series (same impl, io, mode and moduli choice, same GPU) measured in several
+    files (native DGEMM, say, timed both by ``scripts/measure.py gpu`` and by
+    ``python -m ozaki_backend bench``) is drawn from the newest file, and among files of
+    the same date from the one holding the most ozaki_backend records: the run whose
+    baselines were timed next to the emulation they are compared with. The newest file
+    wins because a rule change (how ``precision="fp64"`` picks its moduli) makes older
+    measurements of the same configuration out of date. The others are dropped, with a
+    note.
     """
     def weight(d):
-        return (sum(r["impl"] == "ozaki_backend" for r in d["records"]), d["date"])
+        return (d["date"], sum(r["impl"] == "ozaki_backend" for r in d["records"]))
 
     best = {}
     for d, r in pairs:
@@ -275,28 +287,38 @@ def plot_gpu_tflops(docs, out):
     fig, ax = plt.subplots(figsize=(8, 5))
     tflops = lambda r: r.get("tflops") or 2.0 * r["m"] * r["n"] * r["k"] / r["seconds"] / 1e12  # noqa: E731
     sources = set()
+    dates = {d["date"] for d, r in pairs if r["impl"] in ("ozaki_backend", "cupy")}
     native = _series([p for p in pairs if p[1]["impl"] == "cupy"], "n", tflops,
                      lambda d, r: where(d))
     for src, pts in native.items():
         xs, ys = zip(*pts)
-        ax.plot(xs, ys, "k-", lw=2.2, marker="o", ms=4, label=GPU_LABELS["cupy"])
+        when = f" [{src.rsplit(', ', 1)[-1]}]" if len(dates) > 1 else ""
+        ax.plot(xs, ys, "k-", lw=2.2, marker="o", ms=4, label=GPU_LABELS["cupy"] + when)
         sources.add(src)
     for (mode, how), (style, color) in GPU_CONFIGS.items():
         sel = [(d, r) for d, r in emu if (r["mode"], _how(r)) == (mode, how)]
         for src, pts in _series(sel, "n", tflops, lambda d, r: where(d)).items():
             xs, ys = zip(*pts)
+            when = f" [{src.rsplit(', ', 1)[-1]}]" if len(dates) > 1 else ""
             ax.plot(xs, ys, style, color=color, ms=4,
-                    label=f"emulation, {mode}, {how}{_moduli_note(sel)}")
+                    label=f"emulation, {mode}, {how}{_moduli_note(sel)}{when}")
             sources.add(src)
     # Derived, not measured: if the emulation cost nothing but its INT8 GEMMs (one per
-    # modulus in fast mode), 19 moduli would run at the INT8 rate / 19.
+    # modulus in fast mode), precision="fp64" with N moduli would run at the INT8 rate
+    # divided by the N its fast records used at that size.
+    fp64_fast = {r["n"]: r["moduli"] for _, r in emu
+                 if (r["mode"], _how(r)) == ("fast", "precision=fp64") and r.get("moduli")}
     int8 = _series([p for p in pairs if p[1]["impl"] == "int8-gemm"], "n", tflops,
                    lambda d, r: where(d))
-    xmin = min(r["n"] for _, r in emu)
     for src, pts in int8.items():
-        pts = [(n, t) for n, t in pts if n >= xmin]
-        ax.plot([n for n, _ in pts], [t / 19 for _, t in pts], ":", color="0.45",
-                label="INT8 GEMM rate / 19: 19 moduli, fast, GEMMs only (derived)")
+        pts = [(n, t / fp64_fast[n]) for n, t in pts if n in fp64_fast]
+        if not pts:
+            continue
+        counts = sorted(set(fp64_fast.values()))
+        span = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+        ax.plot([n for n, _ in pts], [t for _, t in pts], ":", color="0.45",
+                label=f"INT8 GEMM rate / N: N = {span} moduli of fp64 fast, GEMMs only "
+                      "(derived)")
         sources.add(src)
     ax.set_xscale("log", base=2)
     ax.set_ylim(bottom=0)

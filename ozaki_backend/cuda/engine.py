@@ -20,8 +20,8 @@ import cupy
 import numpy as np
 
 from ..engine import DECLINED, DONE, OVERFLOW, Engine
-from ..semantics import apply_alpha_beta
-from . import availability, phase22, pipeline, staging, tuning
+from ..semantics import apply_alpha_beta, transpose_pair
+from . import availability, outofcore, phase22, pipeline, staging, tuning
 from .errors import CudaEngineError, translating
 
 
@@ -99,9 +99,20 @@ def matmul_numpy(a3, b3, plan, *, phases=None, check_finite=False, out=None, bou
         with stream:
             last = {}
             for idx in np.ndindex(*batch):
+                if bound is None and outofcore.needed(m, k, n, plan):
+                    # larger than the device (or the budget): panels per output tile
+                    if outofcore.product_into(a3[idx], b3[idx], plan, out[idx],
+                                              check_finite=check_finite,
+                                              phases=phases) is None:
+                        return None
+                    overflow = overflow or (flags is not None and bool(np.isinf(out[idx]).any()))
+                    continue
                 # both operands' chunks go through the staging threads together
                 A, fa = staging.cached_upload(a3[idx], "a", last, stream)
-                B, fb = staging.cached_upload(b3[idx], "b", last, stream)
+                if transpose_pair(a3[idx], b3[idx]):
+                    B, fb = A.T, []     # x.T @ x, x @ x.T: one upload, one triangle
+                else:
+                    B, fb = staging.cached_upload(b3[idx], "b", last, stream)
                 staging.wait(fa + fb)
                 clock.lap("upload", stream)
                 C = cupy.empty((m, n), dtype=np.float64)

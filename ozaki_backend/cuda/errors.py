@@ -17,6 +17,11 @@ class CudaEngineError(RuntimeError):
     """A failure inside the CUDA engine: out of memory, CUDA/cuBLAS error, compile error."""
 
 
+class WorkspaceTooSmall(CudaEngineError):
+    """Even the smallest tile of a product needs more device memory than its workspace
+    budget allows (the product is then computed natively, with a warning)."""
+
+
 def _cupy_error_types():
     """The CuPy exception classes that mean "the device path failed" (never imported
     at module import: CuPy may be absent)."""

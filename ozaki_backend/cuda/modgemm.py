@@ -104,34 +104,43 @@ def gemm_tn(RA_ptr, RB_ptr, C_ptr, rows, cols, kc, lda, ldb, ldc, *, accumulate=
             beta, C_ptr, _R_32I, ldc, stride_c, batch, _COMPUTE_32I, _ALGO)
 
 
-def products_into(RA, RB, C, n_moduli, rows, cols, kpad, *, strategy=None):
+def products_into(RA, RB, C, n_moduli, rows, cols, kpad, *, strategy=None,
+                  accumulate=False):
     """All N modular products of one tile into ``C`` (int32 planes, values congruent to
     the products mod p_l, ``|value| <= 2^30 + 255``).
 
     Parameters
     ----------
     RA : cupy int8 (N, TM, kpad)
-        Residue planes of A's rows (the first ``rows`` rows are used).
+        Residue planes of A's rows (the first ``rows`` rows are used); rows contiguous
+        (``kpad`` apart), the planes may be any distance apart (a row block of larger
+        planes: the symmetric product reads both sides from one set of planes).
     RB : cupy int8 (N, TN, kpad)
-        Residue planes of B's columns (the first ``cols`` used).
+        Residue planes of B's columns (the first ``cols`` used), laid out like ``RA``.
     C : cupy int32 (N, TM, ldc)
-        Output planes; ``ldc >= cols``.
+        Output planes; ``ldc >= cols``; rows contiguous, planes any distance apart.
+    accumulate : bool
+        Add to the products already in ``C`` (an earlier chunk of k): they are folded
+        into ``[0, p_l)`` first, as between the chunks of one call.
     """
     N = n_moduli
     lda = ldb = kpad
-    ldc = C.shape[2]
-    sa, sb, sc = RA.shape[1] * kpad, RB.shape[1] * kpad, C.shape[1] * ldc
+    if RA.strides[1:] != (kpad, 1) or RB.strides[1:] != (kpad, 1) or C.strides[2] != 4:
+        raise ValueError("residue planes need contiguous rows of kpad bytes")
+    ldc = C.strides[1] // 4
+    sa, sb, sc = RA.strides[0], RB.strides[0], C.strides[0] // 4
     strategy = strategy or gemm_strategy(rows, cols)
     fold = loader.get_function("modgemm.cu", "oz_fold_products")
     h = handle()
     for c, k0 in enumerate(range(0, kpad, KSPLIT)):
         kc = min(KSPLIT, kpad - k0)
-        if c:
+        acc = c > 0 or accumulate
+        if acc:
             fold((blocks(rows * cols), N), (256,),
                  (C, np.int64(sc), np.int32(rows), np.int32(cols), np.int64(ldc)))
         a0, b0 = RA.data.ptr + k0, RB.data.ptr + k0
         if strategy == "batched":
-            gemm_tn(a0, b0, C.data.ptr, rows, cols, kc, lda, ldb, ldc, accumulate=c > 0,
+            gemm_tn(a0, b0, C.data.ptr, rows, cols, kc, lda, ldb, ldc, accumulate=acc,
                     batch=N, stride_a=sa, stride_b=sb, stride_c=sc, h=h)
             continue
         cb = col_block() or cols
@@ -143,7 +152,7 @@ def products_into(RA, RB, C, n_moduli, rows, cols, kpad, *, strategy=None):
                     jc = min(cb, cols - j0)
                     gemm_tn(a0 + l * sa + i0 * kpad, b0 + l * sb + j0 * kpad,
                             C.data.ptr + 4 * (l * sc + i0 * ldc + j0),
-                            ic, jc, kc, lda, ldb, ldc, accumulate=c > 0, h=h)
+                            ic, jc, kc, lda, ldb, ldc, accumulate=acc, h=h)
 
 
 def reduce_products(C, n_moduli, rows, cols):

@@ -21,6 +21,7 @@ Everything runs on the current CuPy stream.
 from __future__ import annotations
 
 import os
+import threading
 from contextlib import contextmanager
 
 import cupy
@@ -28,12 +29,14 @@ import numpy as np
 
 from .. import _stats
 from .._warnings import warn_native
-from ..semantics import apply_alpha_beta
+from ..engine import requested_workspace
+from ..semantics import apply_alpha_beta, transpose_pair
 from ..spec import certificate as spec
+from ..spec import tiling
 from ..spec.moduli import MAX_MODULI, MODULI
-from . import certificate, crt, modgemm, modprod, residues, scaling, tuning
+from . import certificate, crt, modgemm, modprod, residues, scaling, symmetric, tuning
 from ._common import KPAD, Workspace, free_device_bytes, round_up
-from .errors import CudaEngineError
+from .errors import CudaEngineError, WorkspaceTooSmall
 from .scaling import BoundMatrix
 
 #: Outcomes of one 2-D product (the reference pipeline's, ``stats()["certificate"]``).
@@ -45,9 +48,59 @@ NATIVE = "native fallback"
 #: Tests may force small tiles: ``(tm, tn)``; ``OZAKI_BACKEND_CUDA_TILE="tm,tn"`` too.
 TILE_OVERRIDE = None
 #: Fraction of the free device memory the workspace may take (cuBLAS and the caller's
-#: own allocations need some headroom).
-MEMORY_FRACTION = 0.85
-_MIN_TILE = 256
+#: own allocations need some headroom); the default budget is also capped
+#: (:data:`ozaki_backend.spec.tiling.DEFAULT_CAP`).
+MEMORY_FRACTION = tiling.DEFAULT_FRACTION
+_MIN_TILE = tiling.MIN_TILE
+#: Out-of-memory retries, each with half the previous budget, before the product is
+#: computed natively (with a warning).
+OOM_RETRIES = 3
+
+_local = threading.local()      # this thread's retry budget and high-water mark
+
+
+def workspace_budget(free=None) -> int:
+    """Bytes the current product's workspace may take: ``workspace=`` (or
+    ``OZAKI_BACKEND_WORKSPACE``), else :func:`~ozaki_backend.spec.tiling.default_budget`;
+    never more than ``MEMORY_FRACTION`` of the free memory (``free``, default: measured
+    now), nor more than an out-of-memory retry's reduced budget."""
+    if free is None:
+        free = free_device_bytes()
+    requested = requested_workspace()
+    if requested is None:
+        requested = tiling.parse_bytes(os.environ.get("OZAKI_BACKEND_WORKSPACE", ""),
+                                       "OZAKI_BACKEND_WORKSPACE")
+    budget = tiling.effective_budget(requested, free)
+    retry = getattr(_local, "retry_budget", None)
+    return budget if retry is None else min(budget, retry)
+
+
+def _note_workspace():
+    """Record the memory pool's use above the product's starting point (the workspace
+    high-water mark: everything the product allocated, its result buffers excepted)."""
+    base = getattr(_local, "base", None)
+    if base is not None:
+        used = cupy.get_default_memory_pool().used_bytes() - base
+        _local.peak = max(getattr(_local, "peak", 0), used)
+
+
+@contextmanager
+def tile_extra(extra):
+    """Within the block, tile choices also count ``extra(tm, tn)`` bytes per tile (the
+    out-of-core driver's operand blocks and result tile)."""
+    prev = getattr(_local, "extra", None)
+    _local.extra = extra
+    try:
+        yield
+    finally:
+        _local.extra = prev
+
+
+def last_workspace_peak():
+    """Device bytes of this thread's most recent Ozaki-II product's workspace at its
+    high-water mark (CuPy pool use above the start of the product, sampled after each
+    workspace allocation), or None."""
+    return getattr(_local, "last_peak", None)
 
 
 class Phases:
@@ -57,6 +110,8 @@ class Phases:
 
     def __init__(self):
         self._pairs = []
+        #: Workspace high-water mark of the last product timed (bytes).
+        self.workspace_peak = None
 
     @contextmanager
     def __call__(self, name):
@@ -125,20 +180,18 @@ def _tiles_for(m, n, nbytes, free=None):
         override = tuple(int(v) for v in env.split(","))
     if override is not None:
         return max(1, min(m, override[0])), max(1, min(n, override[1]))
-    if free is None:
-        free = free_device_bytes()
-    budget = int(free * MEMORY_FRACTION)
-    tm, tn = max(m, 1), max(n, 1)
-    while nbytes(tm, tn) > budget:
-        if tm <= _MIN_TILE and tn <= _MIN_TILE:
-            raise CudaEngineError(
-                f"device out of memory: the smallest tile ({tm} x {tn}) needs "
-                f"{nbytes(tm, tn)} bytes of workspace, {budget} are available")
-        if tm >= tn:
-            tm = max(_MIN_TILE, round_up(-(-tm // 2), 64))
-        else:
-            tn = max(_MIN_TILE, round_up(-(-tn // 2), 64))
-    return tm, tn
+    budget = workspace_budget(free)
+    extra = getattr(_local, "extra", None)
+    if extra is not None:           # out of core: operand blocks and the result tile too
+        size = nbytes
+        nbytes = lambda tm, tn: size(tm, tn) + extra(tm, tn)   # noqa: E731
+    tiles = tiling.fit_tiles(m, n, nbytes, budget, _MIN_TILE)
+    if tiles is None:
+        t = min(m, _MIN_TILE), min(n, _MIN_TILE)
+        raise WorkspaceTooSmall(
+            f"device out of memory: the smallest tile ({t[0]} x {t[1]}) needs "
+            f"{nbytes(*t)} bytes of workspace, {budget} are available")
+    return tiles
 
 
 def choose_tiles(m, n, kpad, N, mode=None, free=None, path="cublas"):
@@ -147,9 +200,23 @@ def choose_tiles(m, n, kpad, N, mode=None, free=None, path="cublas"):
                       free)
 
 
-def _tile_list(m, n, tm, tn):
-    return [(i0, min(m, i0 + tm), j0, min(n, j0 + tn))
-            for i0 in range(0, m, tm) for j0 in range(0, n, tn)]
+_tile_list = tiling.tile_list
+
+
+def _k_tiles(m, n, kpad, N):
+    """``(tm, tn, kc)``: the smallest output tiles and the longest chunk of k (a
+    multiple of ``KPAD``) whose integer-product workspace fits the budget."""
+    budget = workspace_budget()
+    extra = getattr(_local, "extra", None) or (lambda tm, tn: 0)
+    tm, tn = min(m, _MIN_TILE), min(n, _MIN_TILE)
+    kc = kpad
+    while _product_layout(tm, tn, kc, N).nbytes + extra(tm, tn) > budget:
+        if kc <= KPAD:
+            raise WorkspaceTooSmall(
+                f"device out of memory: a {tm} x {tn} tile with k in chunks of {KPAD} "
+                f"needs more than the {budget} bytes available")
+        kc = round_up(-(-kc // 2), KPAD)
+    return tm, tn, kc
 
 
 class Prepared:
@@ -163,26 +230,39 @@ class Prepared:
     bm : :class:`~.scaling.BoundMatrix` and ``btiles`` its tiles; k, kpad, mode.
     """
 
-    def __init__(self, A, B, mode, ph=None, certify=True):
+    def __init__(self, A, B, mode, ph=None, certify=True, sym=False, Bt=None, block=None):
         ph = ph or _nothing
-        self.A, self.Bt = A, B.T
+        self.A, self.Bt = A, (B.T if Bt is None else Bt)
+        self.sym = sym
         m, self.k = A.shape
-        n = B.shape[1]
+        n = self.Bt.shape[0]
         self.mode = mode
         self.kpad = kpad = round_up(self.k, KPAD)
         with ph("scaling"):
             # [Inf/NaN flag (above 1024), count, uncertified elements]: the one small
             # array the usual path reads back.
             self.st = cupy.zeros(3, dtype=np.int32)
-            self.S, _, _ = scaling.equilibration(self.A, self.Bt)
-            self.a = scaling.side_statistics(self.A, self.S, -1, mode, gmax=self.st[:1])
-            self.b = scaling.side_statistics(self.Bt, self.S, +1, mode, gmax=self.st[:1])
+            self.S, _, _ = scaling.equilibration(self.A, self.Bt, block)
+            self.a = scaling.side_statistics(self.A, self.S, -1, mode, gmax=self.st[:1],
+                                             block=block)
+            self.b = scaling.side_statistics(self.Bt, self.S, +1, mode, gmax=self.st[:1],
+                                             block=block)
+            if block is not None:       # host operands: free the statistics' last blocks
+                for X in (self.A, self.Bt):
+                    X.release()
             tm, tn = _tiles_for(m, n, lambda tm, tn: _bound_layout(tm, tn, kpad).nbytes)
             self.btiles = _tile_list(m, n, tm, tn)
             # Fast mode needs the bound GEMM only for the certificate.
             need = certify or mode == "accurate"
             self.bm = BoundMatrix(self.a, self.b, self.S, kpad, tm, tn) if need else None
+            if self.bm is not None:
+                self.bm.symmetric = sym and len(self.btiles) == 1
             scaling.kept_bits(self.a, self.b, self.bm, self.btiles if need else [], mode)
+            if sym:
+                # B = A.T: both sides take the row rule (t = s), as the reference's
+                # scaling.shifts does for a symmetric product.
+                self.b.kept = self.a.kept
+        _note_workspace()
 
     def status(self, certify, fixed=None):
         """Queue the certificate's count (with ``certify``; or the test of the ``fixed``
@@ -207,6 +287,7 @@ class Prepared:
         if self.bm is None:
             (i0, i1, j0, j1) = self.btiles[0]
             self.bm = BoundMatrix(self.a, self.b, self.S, self.kpad, i1 - i0, j1 - j0)
+            self.bm.symmetric = self.sym and len(self.btiles) == 1
             self.bm._summed = {("a", (r0, r1)) for (r0, r1, _, _) in self.btiles} | \
                 {("b", (c0, c1)) for (_, _, c0, c1) in self.btiles}
         return self.bm
@@ -225,6 +306,13 @@ def integer_product_into(prep: Prepared, n_moduli, s, t, out, *, alpha=1.0, beta
     m, k = A.shape
     n = Bt.shape[0]
     N, kpad = n_moduli, prep.kpad
+    host_out = isinstance(out, np.ndarray)      # out of core: tiles go to host memory
+    if prep.sym and not host_out:
+        if alpha != 1.0 or beta != 0.0:
+            raise ValueError("the symmetric product is computed without alpha/beta")
+        symmetric.product_into(A, S, s, N, kpad, out, workspace_budget(), ph=ph,
+                               note=_note_workspace)
+        return
     # `strategy` may force the path (a cuBLAS issue order implies the cuBLAS path);
     # otherwise the tuning table decides, and gives the fused kernel's tile width.
     path = {"batched": "cublas", "loop": "cublas", "cublas": "cublas"}.get(strategy)
@@ -234,37 +322,53 @@ def integer_product_into(prep: Prepared, n_moduli, s, t, out, *, alpha=1.0, beta
         path = "wgmma" if strategy == "wgmma" else chosen
     if strategy not in ("batched", "loop"):
         strategy = None
-    tm, tn = choose_tiles(m, n, kpad, N, path=path)
+    kc = kpad
+    try:
+        tm, tn = choose_tiles(m, n, kpad, N, path=path)
+    except WorkspaceTooSmall:
+        # Even the smallest tile's planes are too large: split k too. Each chunk's
+        # products accumulate onto the folded earlier ones: exact mod p, the same bits.
+        path = "cublas"
+        tm, tn, kc = _k_tiles(m, n, kpad, N)
     tm, tn = _host_tiles(ph, tm, tn)
-    prod = _product_layout(tm, tn, kpad, N, path)
+    chunks = [(k0, min(k, k0 + kc)) for k0 in range(0, k, kc)]
+    prod = _product_layout(tm, tn, kc, N, path)
     buf = cupy.empty(prod.nbytes, dtype=np.uint8)
+    _note_workspace()
     v = prod.carve(buf)
     RA, RB, C = v["RA"], v["RB"], v["C"]
+    tile = cupy.empty((tm, tn), dtype=np.float64) if host_out else None
     items = [(l, l, p, l) for l, p in enumerate(MODULI[:N])]
     rows_key = cols_key = None
     for (i0, i1, j0, j1) in _tile_list(m, n, tm, tn):
-        with ph("residues"):
-            if rows_key != (i0, i1):
-                residues.residue_planes_into(A[i0:i1], s[i0:i1], RA, N, S=S, ks=-1)
-                rows_key = (i0, i1)
-            if cols_key != (j0, j1):
-                residues.residue_planes_into(Bt[j0:j1], t[j0:j1], RB, N, S=S, ks=+1)
-                cols_key = (j0, j1)
-        with ph("gemms"):
-            if path == "wgmma":
-                modprod.mod_products(RA, RB, items, C, i1 - i0, j1 - j0, backend="wgmma",
-                                     bn=width)
-            else:
-                modgemm.products_into(RA, RB, C, N, i1 - i0, j1 - j0, kpad,
-                                      strategy=strategy)
+        for c, (k0, k1) in enumerate(chunks):
+            with ph("residues"):
+                if rows_key != (i0, i1, k0):
+                    Ar = A[i0:i1] if kc == kpad else A[i0:i1][:, k0:k1]
+                    residues.residue_planes_into(Ar, s[i0:i1], RA, N, S=S[k0:k1], ks=-1)
+                    rows_key = (i0, i1, k0)
+                if cols_key != (j0, j1, k0):
+                    Bc = Bt[j0:j1] if kc == kpad else Bt[j0:j1][:, k0:k1]
+                    residues.residue_planes_into(Bc, t[j0:j1], RB, N, S=S[k0:k1], ks=+1)
+                    cols_key = (j0, j1, k0)
+            with ph("gemms"):
+                if path == "wgmma":
+                    modprod.mod_products(RA, RB, items, C, i1 - i0, j1 - j0,
+                                         backend="wgmma", bn=width)
+                else:
+                    modgemm.products_into(RA, RB, C, N, i1 - i0, j1 - j0, kc,
+                                          strategy=strategy, accumulate=c > 0)
         with ph("crt"):
-            crt.crt_into(C, N, i1 - i0, j1 - j0, s[i0:i1], t[j0:j1], out[i0:i1, j0:j1],
+            dest = tile[:i1 - i0, :j1 - j0] if host_out else out[i0:i1, j0:j1]
+            crt.crt_into(C, N, i1 - i0, j1 - j0, s[i0:i1], t[j0:j1], dest,
                          alpha=alpha, beta=beta,
                          C0=None if C0 is None else C0[i0:i1, j0:j1])
+            if host_out:
+                out[i0:i1, j0:j1] = dest.get()
         done = getattr(ph, "tile_done", None)  # the host path downloads it meanwhile
         if done is not None:
             done(i0, i1, j0, j1)
-    del buf, v, RA, RB, C
+    del buf, v, RA, RB, C, tile
 
 
 def _fixed_product(A, B, n_moduli, mode):
@@ -312,6 +416,13 @@ def product_into(A, B, plan, out, *, alpha=1.0, beta=0.0, C0=None, phases=None,
                  strategy=None, check_finite=False, bound=None):
     """``out = alpha * (A @ B) + beta * C0`` with Ozaki scheme II (``plan``), on device.
 
+    A symmetric product (``B`` is ``A.T`` as a view of the same buffer:
+    :func:`~ozaki_backend.semantics.transpose_pair`) computes one triangle and mirrors
+    it (:mod:`.symmetric`). The workspace stays within :func:`workspace_budget`; an
+    out-of-memory error retries with half the budget (:data:`OOM_RETRIES` times), then
+    the product is computed natively with a :class:`NativeFallbackWarning` (declined,
+    for the caller's native path, when ``check_finite``).
+
     Parameters
     ----------
     A : cupy float64 (m, k), B : cupy float64 (k, n)
@@ -338,6 +449,81 @@ def product_into(A, B, plan, out, *, alpha=1.0, beta=0.0, C0=None, phases=None,
         The outcome (``"certified"``, ``"uncertified"``, ``"residual pass"``,
         ``"native fallback"``), or None for a non-finite operand (``check_finite``).
     """
+    sym = transpose_pair(A, B)
+
+    def once():
+        return _product_once(A, B, plan, out, alpha=alpha, beta=beta, C0=C0,
+                             phases=phases, strategy=strategy, check_finite=check_finite,
+                             bound=bound, sym=sym)
+
+    unsafe = beta != 0.0 and C0 is not None and cupy.may_share_memory(C0, out)
+    done, res = with_retries(once, phases, in_place=unsafe)
+    if done:
+        return res
+    return _native_fallback(A, B, out, alpha, beta, C0, bound, check_finite, sym, res)
+
+
+def with_retries(attempt, phases=None, in_place=False):
+    """``(True, attempt())``, retried after an out-of-memory error with half the
+    workspace budget (:data:`OOM_RETRIES` times), or ``(False, reason)`` when every
+    attempt ran out of memory (or even the smallest tile exceeds the budget). Records the
+    workspace high-water mark (:func:`last_workspace_peak`, ``phases.workspace_peak``).
+
+    ``in_place``: the result overwrites an input (``C`` updated in place): a retry after
+    a partial write would read a damaged input, so the error is raised instead.
+    """
+    pool = cupy.get_default_memory_pool()
+    _local.base, _local.peak = pool.used_bytes(), 0
+    _local.retry_budget = None
+    reason = ""
+    try:
+        for n in range(OOM_RETRIES + 1):
+            try:
+                return True, attempt()
+            except (cupy.cuda.memory.OutOfMemoryError, WorkspaceTooSmall) as exc:
+                reason = f"device out of memory ({exc})"
+                if isinstance(exc, WorkspaceTooSmall) or n == OOM_RETRIES:
+                    break
+                if in_place:
+                    raise CudaEngineError(f"{reason} while updating C in place") from exc
+                pool.free_all_blocks()
+                _local.retry_budget = workspace_budget() // 2
+        return False, reason
+    finally:
+        _local.last_peak = getattr(_local, "peak", None)
+        if phases is not None:
+            phases.workspace_peak = _local.last_peak
+        _local.base = _local.retry_budget = None
+
+
+def _symmetrize(C):
+    """The strictly lower triangle replaced by the mirror of the upper one (as the
+    reference's ``symmetric.symmetrize``), in place."""
+    i = cupy.arange(C.shape[0])
+    C[...] = cupy.where(i[:, None] > i[None, :], C.T, C)
+    return C
+
+
+def _native_fallback(A, B, out, alpha, beta, C0, bound, check_finite, sym, reason):
+    """The product natively after repeated out-of-memory errors: declined (None) for the
+    caller's own native path when ``check_finite`` (its operands were never checked),
+    else cuBLAS's DGEMM here. Counted and warned either way."""
+    warn_native(reason)
+    _stats.record_certificate(NATIVE)
+    if check_finite:
+        return None
+    C = cupy.matmul(A, B)
+    if sym:
+        _symmetrize(C)
+    out[...] = apply_alpha_beta(C, alpha, beta, C0)
+    if bound is not None:
+        bound.fill(np.inf)     # no statistics to bound it with: the trivial bound
+    return NATIVE
+
+
+def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_finite,
+                  bound, sym):
+    """One attempt of :func:`product_into` within the current budget."""
     m, k = A.shape
     n = B.shape[1]
     if m == 0 or n == 0 or k == 0:
@@ -350,7 +536,7 @@ def product_into(A, B, plan, out, *, alpha=1.0, beta=0.0, C0=None, phases=None,
         return CERTIFIED
     ph = phases or _nothing
     read = plan.adaptive or check_finite
-    prep = Prepared(A, B, plan.mode, ph, certify=read or bound is not None)
+    prep = Prepared(A, B, plan.mode, ph, certify=read or bound is not None, sym=sym)
     # The certificate's count (and the Inf/NaN flag): read back when the count decides
     # the product or the caller asks for the flag (the engine always does) — the one
     # synchronisation of the usual path. A fixed count computed without the read (the
@@ -375,9 +561,11 @@ def product_into(A, B, plan, out, *, alpha=1.0, beta=0.0, C0=None, phases=None,
         prep.release()
     s, t = prep.shifts(N)
     # The fused alpha/beta pass needs the raw product first when it may be tested or
-    # replaced (and C0 may be out itself).
-    raw = out if (alpha == 1.0 and beta == 0.0) or not keep else \
-        cupy.empty((m, n), dtype=np.float64)
+    # replaced (and C0 may be out itself), and for a symmetric product (a C0 that is not
+    # symmetric would make the result asymmetric before the mirror).
+    plain = alpha == 1.0 and beta == 0.0
+    raw = out if plain or not (keep or sym) else cupy.empty((m, n), dtype=np.float64)
+    _note_workspace()
     fused = raw is out
     integer_product_into(prep, N, s, t, raw, alpha=alpha if fused else 1.0,
                          beta=beta if fused else 0.0, C0=C0 if fused else None, ph=ph,
@@ -392,8 +580,8 @@ def product_into(A, B, plan, out, *, alpha=1.0, beta=0.0, C0=None, phases=None,
                                  s, t, raw, bound=want, failures=fails)
         if escalate and int(fails.get()[0]):
             outcome = _escalate(A, B, prep, N, raw, want)
-        if not fused:
-            out[...] = apply_alpha_beta(raw, alpha, beta, C0)
+    if not fused:
+        out[...] = apply_alpha_beta(raw, alpha, beta, C0)
     if outcome is not None:
         _stats.record_certificate(outcome)
     return outcome or UNCERTIFIED
@@ -408,10 +596,16 @@ def _escalate(A0, B0, prep, N, C, bound):
         C[...] = rp[0]
         if bound is not None:
             bound[...] = rp[1]
+        if prep.sym:      # the remainders' products are not symmetric: mirror
+            _symmetrize(C)
+            if bound is not None:
+                _symmetrize(bound)
         return RESIDUAL
     warn_native("neither the certificate with up to 20 moduli nor the residual pass "
                 "meets the native-level target")
     C[...] = cupy.matmul(A0, B0)
+    if prep.sym:
+        _symmetrize(C)
     if bound is not None:
         bound[...] = spec.native_bound(d)
     return NATIVE
@@ -426,6 +620,6 @@ def moduli_for(A, B, plan):
     B = cupy.asarray(B, dtype=np.float64)
     if 0 in A.shape or B.shape[1] == 0:
         return 2
-    prep = Prepared(A, B, plan.mode)
+    prep = Prepared(A, B, plan.mode, sym=transpose_pair(A, B))
     _, need, unsure = (int(v) for v in prep.status(True).get())
     return certificate.chosen_count(need, unsure)

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..spec.moduli import MAX_MODULI, MIN_MODULI
 from ..spec.rules import BOUND_KMAX, fast_quant_bits
+from ..spec.tiling import mirrored_blocks, symmetric_tiles
 from . import loader
 from ._common import INT_MAX, INT_MIN, KPAD, LDC_PAD, as_rows, blocks, h_params, lam1, round_up
 from .modgemm import gemm_tn
@@ -105,17 +106,29 @@ def column_exponents(X, cmax, cmin):
         fn(grid, (256,), (X, rs, cs, np.int32(rows), np.int32(cols), rf, cmax, cmin))
 
 
-def equilibration(A, Bt):
+def row_blocks(X, block=None):
+    """``X`` itself, or its row blocks of ``block`` rows (an operand read block by block:
+    the column reductions accumulate, the row statistics concatenate)."""
+    rows = X.shape[0]
+    if block is None:
+        return [X]
+    return [X[i0:min(rows, i0 + block)] for i0 in range(0, rows, block)]
+
+
+def equilibration(A, Bt, block=None):
     """``(S, amax, bmax)``: the equilibration exponents (int32, length k) of
     ``A (m x k)`` and ``B = Bt.T`` (spec §2.1), and the per-k exponent maxima (above
-    1024: an Inf/NaN entry)."""
+    1024: an Inf/NaN entry). ``block``: read the operands in row blocks of that many
+    rows (same result)."""
     k = A.shape[1]
     ex = cupy.empty((4, k), dtype=np.int32)      # a_max, a_min, b_max, b_min
     S = cupy.empty(k, dtype=np.int32)
     if k:
         init_ints(ex, INT_MIN, INT_MAX, INT_MIN, INT_MAX)
-        column_exponents(A, ex[0], ex[1])
-        column_exponents(Bt, ex[2], ex[3])
+        for X in row_blocks(A, block):
+            column_exponents(X, ex[0], ex[1])
+        for X in row_blocks(Bt, block):
+            column_exponents(X, ex[2], ex[3])
         loader.get_function("scaling.cu", "oz_equilibrate")(
             (1,), (1024,), (ex[0], ex[1], ex[2], ex[3], np.int32(k), S))
     return S, ex[0], ex[2]
@@ -170,10 +183,31 @@ class Side:
     hi: object = None
 
 
-def side_statistics(X, S, ks, mode, gmax=None) -> Side:
+def side_statistics(X, S, ks, mode, gmax=None, block=None) -> Side:
     """Row exponents, exact thresholds and non-zero counts of the equilibrated rows of
     ``X`` (``x 2^(ks S_k)``), and fast mode's sums of squares; ``gmax[0]`` (when given)
-    is raised above 1024 when a row holds Inf/NaN."""
+    is raised above 1024 when a row holds Inf/NaN. ``block``: read ``X`` in row blocks
+    of that many rows (an operand that is not on the device; same result)."""
+    parts = row_blocks(X, block) if X.shape[0] else [X]
+    if block is not None and parts[0] is not X:
+        if gmax is None:
+            gmax = cupy.full(1, INT_MIN, dtype=np.int32)
+        sides = []
+        for P in parts:
+            sd = side_statistics(P, S, ks, mode, gmax)
+            sd.X_op = None          # drop the block (an upload of a host operand)
+            sides.append(sd)
+        if len(sides) == 1:
+            side = sides[0]
+            side.X_op = X
+            return side
+        cat = {f: cupy.concatenate([getattr(sd, f) for sd in sides])
+               for f in ("E", "X", "n", "SA", "lo", "hi")}
+        side = Side(X, ks, cat["E"], cat["X"], cat["n"], cat["SA"], lo=cat["lo"],
+                    hi=cat["hi"])
+        if mode == "fast":
+            side.Sq = cupy.concatenate([sd.Sq for sd in sides])
+        return side
     rows, cols = X.shape
     st = cupy.empty((6, rows), dtype=np.int32)
     init_ints(st, INT_MIN, INT_MIN, 0, 0, cols, -1)
@@ -235,6 +269,18 @@ def bound_tile_into(QA, QB, rows, cols, kpad, P, P32=None):
         acc((blocks(rows * ldc),), (256,), (P32, P, np.int64(rows * ldc)))
 
 
+def symmetric_bound_into(QA, rows, kpad, P):
+    """``P[:rows, :rows] = alpha alpha^T`` (int32) from the upper block triangle's tiles
+    (:func:`~ozaki_backend.spec.tiling.symmetric_tiles`), the rest mirrored."""
+    ldc = P.shape[1]
+    tiles = symmetric_tiles(rows, min_rows=256)
+    for i0, i1, j0, j1 in tiles:
+        gemm_tn(QA.data.ptr + i0 * kpad, QA.data.ptr + j0 * kpad,
+                P.data.ptr + 4 * (i0 * ldc + j0), i1 - i0, j1 - j0, kpad, kpad, kpad, ldc)
+    for i0, i1, j0, j1 in mirrored_blocks(tiles):
+        P[j0:j1, i0:i1] = P[i0:i1, j0:j1].T
+
+
 class BoundMatrix:
     """The bound GEMM ``P = alpha beta^T`` (spec §2.3), tile by tile (``(tm, tn)`` tiles).
 
@@ -253,6 +299,9 @@ class BoundMatrix:
         self.P32 = views.get("P32") if big else None
         self._rows_key = self._cols_key = self._tile_key = None
         self._summed = set()
+        #: A symmetric product in one tile (B = A.T): P = alpha alpha^T is computed on
+        #: the upper block triangle and mirrored (exact integers: the same P).
+        self.symmetric = False
 
     @staticmethod
     def need(ws, tm, tn, kpad):
@@ -291,7 +340,11 @@ class BoundMatrix:
             if self._cols_key != (j0, j1):
                 self._quantize(self.b, (j0, j1), self.QB)
                 self._cols_key = (j0, j1)
-            bound_tile_into(self.QA, self.QB, i1 - i0, j1 - j0, self.kpad, self.P, self.P32)
+            if self.symmetric and (i0, j0) == (0, 0) and i1 == j1 and self.P.dtype == np.int32:
+                symmetric_bound_into(self.QA, i1, self.kpad, self.P)
+            else:
+                bound_tile_into(self.QA, self.QB, i1 - i0, j1 - j0, self.kpad, self.P,
+                                self.P32)
             self._tile_key = (i0, i1, j0, j1)
         return self.P
 

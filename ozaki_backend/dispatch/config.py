@@ -52,7 +52,7 @@ except ImportError:  # not built: `@` is not intercepted (loophook.install() war
 #: Numerical keys (handed to the engine, validated by ``_options.normalize``).
 NUMERIC_KEYS = ("engine", "precision", "bits", "moduli", "mode", "scheme", "residual")
 #: Every config key accepted by ``enabled()``, ``enable()`` and ``OZAKI_BACKEND_<KEY>``.
-CONFIG_KEYS = NUMERIC_KEYS + ("min_size",)
+CONFIG_KEYS = NUMERIC_KEYS + ("min_size", "workspace")
 
 #: ``min_size`` given as this (or None) means "use the cost model".
 AUTO = "auto"
@@ -94,12 +94,14 @@ class Config:
         The numerical options as ``_options.normalize`` returns them.
     """
 
-    __slots__ = NUMERIC_KEYS + ("min_size", "opts")
+    __slots__ = NUMERIC_KEYS + ("min_size", "workspace", "opts")
 
     def __init__(self, opts: dict, min_size):
         for k in NUMERIC_KEYS:
             object.__setattr__(self, k, opts[k])
         object.__setattr__(self, "min_size", min_size)
+        # The device workspace budget travels in opts (only when set) to the engine.
+        object.__setattr__(self, "workspace", opts.get("workspace"))
         object.__setattr__(self, "opts", dict(opts))
 
     def __setattr__(self, name, value):
@@ -119,6 +121,7 @@ class Config:
         cur = dict(_options.DEFAULTS) if base is None else base.as_dict()
         if base is None:
             cur["min_size"] = None
+            cur["workspace"] = None
         # precision, bits and moduli are alternative ways to pick the moduli count:
         # giving one replaces an inherited other instead of clashing with it.
         if any(k in overrides for k in ("precision", "bits", "moduli")):
@@ -132,7 +135,8 @@ class Config:
         if overrides.get("scheme") == "ozaki2" and "residual" not in overrides:
             cur["residual"] = False
         cur.update(overrides)
-        opts = _options.normalize(**{k: cur[k] for k in NUMERIC_KEYS})
+        opts = _options.normalize(**{k: cur[k] for k in NUMERIC_KEYS},
+                                  workspace=cur["workspace"])
         return cls(opts, _check_min_size(cur["min_size"]))
 
     def as_dict(self) -> dict:

@@ -58,6 +58,7 @@ def stats() -> dict:
     out.update(reasons=reasons, routed_by_entry=log.routed_by_entry(),
                seconds=snap["seconds"], moduli=snap["moduli"],
                certificate=snap["certificate"],
+               symmetric=snap["symmetric"],
                last_moduli=_stats.last_moduli(),
                c_fast_path={"below_floor": c["below_floor"],
                             "vector_shaped": c["vector_shaped"]})
@@ -89,6 +90,11 @@ def format_stats(s: dict | None = None) -> str:
     if s.get("certificate"):
         lines.append("  certificate: " + ", ".join(
             f"{o} {c}" for o, c in sorted(s["certificate"].items())) + " (2-D products)")
+    sym = s.get("symmetric") or {}
+    if sym.get("products"):
+        lines.append(f"  symmetric products: {sym['products']} (one triangle, "
+                     f"{sym['work'] / max(sym['general_work'], 1):.2f} of the general "
+                     "INT8 work)")
     secs = ", ".join(f"{k} {v:.3f} s" for k, v in sorted(s["seconds"].items()) if v)
     if secs:
         lines.append(f"  time: {secs}")

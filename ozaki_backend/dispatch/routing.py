@@ -175,7 +175,8 @@ def decide(config, m: int, n: int, k: int, batch: int = 1, entry: str = "",
                      *where)
     # The estimate depends on the output size only through the certificate's factor,
     # which has two regimes (below and above CERT_SMALL elements).
-    n_gemms, n_mod = _plan_counts(k, min(m * n, CERT_SMALL), tuple(sorted(config.opts.items())))
+    numeric = tuple(sorted((o, v) for o, v in config.opts.items() if o != "workspace"))
+    n_gemms, n_mod = _plan_counts(k, min(m * n, CERT_SMALL), numeric)
     model = cost_model()
     if cost is not None:
         model = cost

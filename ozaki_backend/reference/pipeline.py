@@ -20,9 +20,10 @@ import numpy as np
 
 from .. import _native, _stats
 from .._warnings import warn_native
+from ..semantics import transpose_pair
 from ..spec.moduli import MAX_MODULI, MIN_MODULI, MODULI
 from ..spec import certificate as spec
-from . import certificate, crt, equilibrate, modgemm, residues, scaling
+from . import certificate, crt, equilibrate, modgemm, residues, scaling, symmetric
 
 #: Outcomes of one 2-D product (``stats()["certificate"]`` counts them).
 CERTIFIED = "certified"            # met the native-level target (fp64) / with its count
@@ -51,9 +52,13 @@ class Product(NamedTuple):
     outcome: str
 
 
-def integer_product(A, B, s, t, n_moduli):
+def integer_product(A, B, s, t, n_moduli, sym=False):
     """``RN(A'B' 2^{-s-t})`` with ``A' = trunc(A 2^s)``, ``B' = trunc(2^t B)`` (the
-    exact integer product through ``n_moduli`` residues and the CRT)."""
+    exact integer product through ``n_moduli`` residues and the CRT); ``sym``:
+    ``B = A.T`` and ``t = s``, one triangle is computed and mirrored
+    (:mod:`.symmetric`)."""
+    if sym:
+        return symmetric.integer_product(A, s, n_moduli)
     moduli = MODULI[:n_moduli]
     Ai = scaling.truncate(A, s)
     Bi = scaling.truncate(B.T, t).T
@@ -66,7 +71,7 @@ def integer_product(A, B, s, t, n_moduli):
 def _with_count(A, B, plan, st, n_moduli, want_bound, certified=None):
     """The product with ``n_moduli`` moduli; ``certified`` when already known."""
     s, t = scaling.shifts(st, n_moduli, plan.mode)
-    C = integer_product(A, B, s, t, n_moduli)
+    C = integer_product(A, B, s, t, n_moduli, sym=st.symmetric)
     d = certificate.data(st)
     if certified is None:
         certified = bool(spec.passes(d, s, t).all())
@@ -130,10 +135,15 @@ def _escalate(A0, B0, A, B, plan, st, res, want_bound):
         return res._replace(outcome=CERTIFIED, bound=res.bound if want_bound else None)
     rp = residual_pass(A, B, st, plan.mode, res.n_moduli, res.C)
     if rp is not None:
-        return Product(rp[0], rp[1] if want_bound else None, res.n_moduli, RESIDUAL)
+        C, bound = rp
+        if st.symmetric:     # the remainders' products are not symmetric: mirror
+            C, bound = symmetric.symmetrize(C), symmetric.symmetrize(bound)
+        return Product(C, bound if want_bound else None, res.n_moduli, RESIDUAL)
     warn_native("neither the certificate with up to 20 moduli nor the residual pass "
                 "meets the native-level target")
     C = _native.matmul(A0, B0)
+    if st.symmetric:         # NumPy's syrk is symmetric already; a copy's gemm may not be
+        C = symmetric.symmetrize(C)
     return Product(C, spec.native_bound(d) if want_bound else None, 0, NATIVE)
 
 
@@ -154,8 +164,10 @@ def ozaki2_2d(A, B, plan, *, want_bound=False) -> Product:
         return Product(np.zeros((m, n)), np.zeros((m, n)) if want_bound else None,
                        0, CERTIFIED)
     A0, B0 = A, B
-    A, B, _ = equilibrate.equilibrate(A, B)
-    st = scaling.statistics(A, B, plan.mode)
+    sym = transpose_pair(A, B)
+    A, B, S = equilibrate.equilibrate(A, B)
+    # B = A.T gives S = 0 (the two sides' exponents are equal): kept as a check.
+    st = scaling.statistics(A, B, plan.mode, symmetric=sym and not S.any())
     if not plan.adaptive:
         res = _with_count(A, B, plan, st, plan.n_moduli, want_bound)
     else:
@@ -177,11 +189,13 @@ def moduli_for(A, B, plan):
     (the result may still take the residual pass or the native GEMM)."""
     if not plan.adaptive:
         return plan.n_moduli
-    A, B, _ = equilibrate.equilibrate(np.asarray(A, dtype=np.float64),
-                                      np.asarray(B, dtype=np.float64))
+    A, B = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)
+    sym = transpose_pair(A, B)
+    A, B, S = equilibrate.equilibrate(A, B)
     if 0 in A.shape or B.shape[1] == 0:
         return MIN_MODULI
-    return certificate.choose_count(scaling.statistics(A, B, plan.mode), plan.mode)[0]
+    st = scaling.statistics(A, B, plan.mode, symmetric=sym and not S.any())
+    return certificate.choose_count(st, plan.mode)[0]
 
 
 __all__ = ["Product", "integer_product", "residual_pass", "ozaki2_2d", "moduli_for",

@@ -142,6 +142,8 @@ class Statistics(NamedTuple):
         Fast mode: sums of squares of ``ceil(|x| 2^{D-E})``, ``D = fast_quant_bits(k)``.
     loA, hiA, loB, hiB : int64
         The non-zero ranges along k (:func:`k_ranges`).
+    symmetric : bool
+        ``B`` is ``A.T`` (a symmetric product, :func:`shifts` gives ``t = s``).
     """
 
     k: int
@@ -163,10 +165,12 @@ class Statistics(NamedTuple):
     hiA: np.ndarray
     loB: np.ndarray
     hiB: np.ndarray
+    symmetric: bool = False
 
 
-def statistics(A, B, mode: str) -> Statistics:
-    """Every statistic of ``A (m, k) @ B (k, n)`` the scaling and certificate use."""
+def statistics(A, B, mode: str, symmetric: bool = False) -> Statistics:
+    """Every statistic of ``A (m, k) @ B (k, n)`` the scaling and certificate use
+    (``symmetric``: ``B`` is ``A.T``, see :func:`shifts`)."""
     k = A.shape[1]
     E, nzA = row_exponents(A)
     F, nzB = row_exponents(B.T)
@@ -185,7 +189,8 @@ def statistics(A, B, mode: str) -> Statistics:
         SqA = np.square(quantize(A, E, D)).sum(axis=1)
         SqB = np.square(quantize(B.T, F, D)).sum(axis=1)
     return Statistics(k, E, F, nzA, nzB, exact_thresholds(A), exact_thresholds(B.T),
-                      SA, nA, SB, nB, P, U, SqA, SqB, *k_ranges(A), *k_ranges(B.T))
+                      SA, nA, SB, nB, P, U, SqA, SqB, *k_ranges(A), *k_ranges(B.T),
+                      symmetric)
 
 
 def _q_from_sumsq(S, H_f: float):
@@ -214,7 +219,20 @@ def sigma_tau(st: Statistics, n_moduli: int):
 
 
 def shifts(st: Statistics, n_moduli: int, mode: str):
-    """Exponents ``(s, t)`` (int64) of ``n_moduli`` moduli and ``mode`` (spec §2)."""
+    """Exponents ``(s, t)`` (int64) of ``n_moduli`` moduli and ``mode`` (spec §2).
+
+    A symmetric product (``st.symmetric``: ``B = A.T``, so ``E = F`` and ``U`` is
+    symmetric) uses the row rule on both sides, ``t = s``: then ``A'`` and ``B'`` are
+    transposes of each other, the integer product is symmetric and so is every rounded
+    element. The invariant still holds: ``sigma_i = min_j floor(lambda(U_ij) / 2)``
+    (``lambda`` is non-increasing), so ``sigma_i + sigma_j <= lambda(U_ij)``. The general
+    rule's ``tau_j >= sigma_j`` may keep one more bit of a column than this one.
+    """
+    s, t = _shifts_general(st, n_moduli, mode)
+    return (s, s) if st.symmetric else (s, t)
+
+
+def _shifts_general(st: Statistics, n_moduli: int, mode: str):
     if mode == "fast":
         H_f = crt_constants(n_moduli).H_f
         D = fast_quant_bits(st.k)
