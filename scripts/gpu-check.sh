@@ -21,6 +21,9 @@
 #               part (symmetric, budget, outofcore; issue 17): symmetric vs general
 #               time, a 16 GB budget vs unbounded, out of core bitwise; no tests, no
 #               bench; WS_ARGS adds options, WS_TIMEOUT bounds each part
+#   --dask      also scripts/dask_gpu.py (issue 15: one GPU worker; DASK_ARGS adds its
+#               options), logged to $OUT/dask_gpu.log, JSON in $OUT/dask_gpu.json.
+#               Needs the dask wheels: carry .whl_dask (installed like .whl)
 #
 # TEST_TIMEOUT / BENCH_TIMEOUT (seconds) bound each part; logs survive a timeout.
 # Needs: CuPy and pytest on the device; array-api-compat is installed from .whl/ if the
@@ -31,7 +34,7 @@ OUT=${OUT:-/tmp/ozaki-gpu-check}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
-run_tests=1 run_bench=1 run_tune=0 run_san=0 run_g8=0 run_host=0 kexpr=() ws_parts=""
+run_tests=1 run_bench=1 run_tune=0 run_san=0 run_g8=0 run_dask=0 run_host=0 kexpr=() ws_parts=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests-only) run_bench=0; shift ;;
@@ -41,14 +44,16 @@ while [ $# -gt 0 ]; do
     --sanitize) run_san=1; shift ;;
     --gemmul8) run_g8=1; shift ;;
     --workspace) ws_parts="$2"; run_tests=0; run_bench=0; shift 2 ;;
+    --dask) run_dask=1; shift ;;
     -k) kexpr=(-k "$2"); shift 2 ;;
     *) break ;;
   esac
 done
 
-if ls .whl/*.whl >/dev/null 2>&1; then
+wheels=$(ls .whl/*.whl .whl_dask/*.whl 2>/dev/null)
+if [ -n "$wheels" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/ozaki-site .whl/*.whl && export PYTHONPATH=/tmp/ozaki-site${PYTHONPATH:+:$PYTHONPATH}
+    --target /tmp/ozaki-site $wheels && export PYTHONPATH=/tmp/ozaki-site${PYTHONPATH:+:$PYTHONPATH}
 fi
 # The project: an editable install (kernels/ then imports as ozaki_backend.kernels);
 # if that cannot build here, the checkout on PYTHONPATH (the loader finds kernels/).
@@ -79,7 +84,7 @@ if [ $run_tests = 1 ]; then
   rc_tests=$?
   echo "pytest: rc=$rc_tests in $(( $(date +%s) - t0 )) s" >>"$OUT/pytest.log"
 fi
-rc_tune=0 rc_san=0 rc_g8=0 rc_ws=0 rc_host=0
+rc_tune=0 rc_san=0 rc_g8=0 rc_ws=0 rc_dask=0 rc_host=0
 if [ $run_host = 1 ]; then
   export OZAKI_BACKEND_RATES="$OUT/host_rates.json"
   timeout "${RATES_TIMEOUT:-150}" python3 -m ozaki_backend tune --rates-only \
@@ -111,6 +116,11 @@ if [ -n "$ws_parts" ]; then
     timeout "${WS_TIMEOUT:-280}" python3 scripts/workspace_symmetric.py "$part" ${WS_ARGS:-} \
       >"$OUT/workspace-$part.log" 2>&1 || rc_ws=1
   done
+fi
+if [ $run_dask = 1 ]; then
+  timeout "${DASK_TIMEOUT:-420}" env NCCL_NVLS_ENABLE=0 python3 scripts/dask_gpu.py \
+    --json dask_gpu.json ${DASK_ARGS:-} >"$OUT/dask_gpu.log" 2>&1
+  rc_dask=$?
 fi
 if [ $run_g8 = 1 ]; then
   # GEMMUL8_ARGS: driver options, e.g. "--moduli 14-17 --reps 5"
@@ -155,7 +165,12 @@ if [ -n "$ws_parts" ]; then
     grep -v '^{' "$OUT/workspace-$part.log" | tail -n 25
   done
 fi
+if [ $run_dask = 1 ]; then
+  echo "==== dask, one GPU worker (rc=$rc_dask; dask_gpu.log, dask_gpu.json)"
+  sed -n '/^[0-9]* x [0-9]* x [0-9]* float64/,$p' "$OUT/dask_gpu.log" | grep -v "distributed\." \
+    || tail -n 40 "$OUT/dask_gpu.log"
+fi
 if [ $run_g8 = 1 ]; then
   echo "==== GEMMul8 side by side (rc=$rc_g8; gemmul8.log)"; tail -n 60 "$OUT/gemmul8-table.log"
 fi
-exit $(( rc_tests != 0 || rc_bench != 0 || rc_tune != 0 || rc_san != 0 || rc_g8 != 0 || rc_ws != 0 || rc_host != 0 ))
+exit $(( rc_tests != 0 || rc_bench != 0 || rc_tune != 0 || rc_san != 0 || rc_g8 != 0 || rc_ws != 0 || rc_dask != 0 || rc_host != 0 ))

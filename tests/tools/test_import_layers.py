@@ -107,6 +107,17 @@ def test_the_numerical_core_never_reaches_dispatch():
     assert not chains, "\n".join(chains)
 
 
+def test_the_dask_integration_sits_on_top():
+    """``ozaki_backend.dask`` (needs the ``[dask]`` extra) is imported by no module of
+    the package, so ``import ozaki_backend`` never pulls in dask."""
+    dask_mod = f"{ROOT}.dask"
+    sites = import_sites()
+    assert dask_mod in sites
+    wrong = [f"{name} imports {dask_mod}" for name, targets in sorted(sites.items())
+             if name != dask_mod and dask_mod in targets]
+    assert not wrong, "\n".join(wrong)
+
+
 # ------------------------------------------------------- the graph builder itself
 
 def _write(root, files):
