@@ -71,6 +71,11 @@ def main(argv=None) -> int:
 
         own, program_args = split_run_argv(argv[1:])
         argv = ["run"] + own
+    if argv[:1] == ["bench"] and "--host" in argv[1:]:
+        # The host-path benchmark has options of its own (ozaki_backend.bench_host).
+        from .bench_host import main as host_main
+
+        return host_main([a for a in argv[1:] if a != "--host"])
     ap = build_parser()
     args = ap.parse_args(argv)
     module, _add, run, _text = COMMANDS[args.command]

@@ -15,6 +15,10 @@ from . import _native, _options, _stats, registry, semantics
 from .engine import OVERFLOW, workspace_limit
 from .plan import Plan, bind
 
+#: Returned by :func:`product` called with ``declined=DECLINED`` when the engine declined
+#: the product (an operand holds NaN or infinity): the caller computes it natively.
+DECLINED = object()
+
 
 def matmul(a, b, *, precision="fp64", bits=None, moduli=None, mode="accurate",
            scheme="ozaki2", engine="auto", out=None, residual=False, return_bound=False,
@@ -104,7 +108,8 @@ def matmul(a, b, *, precision="fp64", bits=None, moduli=None, mode="accurate",
 
 
 def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None,
-            return_bound=False, fp_name="matmul", overflowed=None, _bound_out=None):
+            return_bound=False, fp_name="matmul", overflowed=None, declined=None,
+            _bound_out=None):
     """``alpha * (a @ b) + beta * c`` with validated options ``opts`` (as
     :func:`ozaki_backend._options.normalize` returns them): the one path every entry
     point takes (``matmul``, ``Plan.matmul``, the dispatch layer).
@@ -129,6 +134,10 @@ def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None,
     overflowed : list, optional
         When given, an emulated NumPy result with an infinite element appends True to it
         instead of being reported (the loop hook reports through NumPy's loop).
+    declined : object, optional
+        Returned instead of NumPy's native result when the engine declines the product
+        (NaN or infinity in an operand; the dispatch layer then runs the caller's own
+        function, whose NaN/Inf answer is the one to give).
 
     Returns
     -------
@@ -143,7 +152,8 @@ def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None,
         opts = dict(opts)
         with workspace_limit(opts.pop("workspace")):
             return product(a, b, opts, out=out, alpha=alpha, beta=beta, c=c, plan=plan,
-                           fp_name=fp_name, overflowed=overflowed, _bound_out=_bound_out)
+                           fp_name=fp_name, overflowed=overflowed, declined=declined,
+                           _bound_out=_bound_out)
     f = semantics.foreign(a, b, out, c)
     if f is not None:
         return _foreign_product(f, a, b, opts, out=out, alpha=alpha, beta=beta, c=c,
@@ -175,9 +185,14 @@ def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None,
     a3, b3 = semantics.stacks(xp, a, b, ms)
     full = ms.batch + (ms.m, ms.n)
     # Write straight into out= when it is a plain float64 result buffer that does not
-    # overlap the operands (chunked transfers would otherwise read results).
+    # overlap the operands (chunked transfers would otherwise read results); a
+    # Fortran-ordered matrix too (SciPy's result), which the engines fill in place.
+    one = all(d == 1 for d in ms.batch)
     direct = (out is not None and (xp is not np or (alpha == 1.0 and beta == 0.0))
-              and out.dtype == dtype and out.flags.c_contiguous
+              and out.dtype == dtype
+              and (out.flags.c_contiguous
+                   or (dtype == np.float64 and one and out.flags.f_contiguous
+                       and out.shape == full))
               and not xp.may_share_memory(out, a) and not xp.may_share_memory(out, b))
     res = out.reshape(full) if direct else xp.empty(full, dtype=dtype)
     c3 = None
@@ -188,6 +203,8 @@ def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None,
         done = eng.product(a3, b3, p, res, alpha=alpha, beta=beta, c3=c3, bound3=bound3)
     if not done:
         _stats.record("native", "non-finite operand")
+        if declined is not None:
+            return declined
         return semantics.native(xp, a, b, out, alpha, beta, c)
     _stats.record("routed", f"engine={eng.name}" + (
         "" if xp is np else f" (CuPy operands{', via host' if eng is registry.HOST_COPY else ''})"),

@@ -31,6 +31,9 @@ comparison), one ``kind="accuracy"`` record per (product, phi) with
 ``reference="double-double"``, and ``kind="gemm-issue"`` records for the GEMM issue
 strategies. The machine and commit fields come from :mod:`ozaki_backend.provenance`.
 
+``--host`` runs the host-path benchmark instead (:mod:`ozaki_backend.bench_host`:
+NumPy operands through every entry point inside ``enabled()``, next to plain NumPy).
+
 Times are medians of ``--reps`` runs after one warm-up (CUDA events for device work,
 wall clock for NumPy in/out; :mod:`ozaki_backend.provenance`'s timers); TFLOPS =
 2 m n k / time.
@@ -106,6 +109,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="rows of the double-double reference for the errors (default 32)")
     ap.add_argument("--numpy-max", type=int, default=8192 * 8192,
                     help="largest m*n for the NumPy in/out comparison (0: none)")
+    ap.add_argument("--host", action="store_true",
+                    help="run the host-path benchmark instead (NumPy operands through "
+                         "every entry point); its options: bench --host --help")
     ap.add_argument("--host-numpy-max", type=int, default=8192 * 8192,
                     help="largest m*n timed with NumPy on the host CPU")
     ap.add_argument("--phase22-sizes", default="2048,8192",
@@ -435,6 +441,10 @@ def _write(path, doc):
 def main(argv=None) -> int:
     """Run the benchmark; print the table last; optionally write JSON."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--host" in argv:  # NumPy operands through every entry point: bench_host.py
+        from .bench_host import main as host_main
+
+        return host_main([a for a in argv if a != "--host"])
     return run(_parse(argv), argv)
 
 

@@ -6,6 +6,12 @@ into a tuning table: the user's cache (``$XDG_CACHE_HOME/ozaki_backend/gemm_tuni
 by default ``~/.cache/ozaki_backend/gemm_tuning.json``), which the engine reads on top
 of the table shipped with the package (:mod:`ozaki_backend.cuda.tuning`); or
 ``--output FILE``; or, with ``--install``, the package's own table.
+
+It then measures the rates the dispatch layer's cost model compares (:func:`measure_rates`:
+host DGEMM GFLOP/s per shape class, staged H2D/D2H GB/s, INT8 GEMM TOPS, device memory
+GB/s, the fixed cost of a call) and merges them into the rate table
+(:func:`ozaki_backend.dispatch.costmodel.rates_path`, or ``--rates-output FILE``);
+``--rates-only`` does only that (the host part needs no GPU).
 """
 
 from __future__ import annotations
@@ -129,6 +135,148 @@ def measure(shapes=DEFAULT_SHAPES, *, n_moduli=15, mode="fast", repeats=5, log=p
                   "command": "python -m ozaki_backend tune", "entries": entries}
 
 
+#: ``(m, k, n)`` of the host DGEMMs timed for the cost model: squares, short k (outer
+#: products: the host is memory bound there), long k with a small output.
+HOST_SHAPES = ((256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048),
+               (4096, 4096, 4096), (8192, 8192, 8192), (4096, 64, 4096),
+               (4096, 256, 4096), (16384, 256, 16384), (16384, 64, 16384),
+               (64, 100000, 64), (256, 65536, 256), (65536, 64, 256))
+
+
+def measure_host_rates(shapes=HOST_SHAPES, *, repeats=3, log=print) -> dict:
+    """The host's native DGEMM rate per shape: the cost model's host record.
+
+    Parameters
+    ----------
+    shapes : sequence of (m, k, n)
+    repeats : int
+        Best of this many runs per shape, after a warm-up.
+    log : callable
+
+    Returns
+    -------
+    dict
+        ``measured`` (date), ``command``, ``cpus`` and ``dgemm``: per shape ``m``, ``n``,
+        ``k``, ``seconds`` and ``gflops``.
+    """
+    from .dispatch.costmodel import time_host_dgemm
+
+    rows = []
+    for m, k, n in shapes:
+        t = time_host_dgemm(m, n, k, repeats)
+        rows.append({"m": m, "n": n, "k": k, "seconds": t, "gflops": 2.0 * m * n * k / t / 1e9})
+        log(f"host DGEMM {m}x{k}x{n}: {t * 1e3:.2f} ms, {rows[-1]['gflops']:.1f} GFLOP/s")
+    return {"measured": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(),
+            "command": "python -m ozaki_backend tune", "dgemm": rows}
+
+
+def measure_device_rates(*, transfer_mib=256, gemm_n=8192, repeats=5, log=print) -> dict:
+    """The GPU side of the cost model, measured on the current device.
+
+    * ``h2d_gbps``/``d2h_gbps``: a ``transfer_mib`` MiB float64 array through the
+      staged path NumPy operands take (:mod:`ozaki_backend.cuda.staging`: pinned
+      buffers kept across calls, filled by several threads), best of ``repeats``;
+    * ``int8_tops``: one cuBLAS INT8 GEMM of ``gemm_n`` cubed (one modulus' product);
+    * ``device_gbps``: a device-to-device copy (bytes read + written);
+    * ``overhead_s``: a whole 128-cubed product with NumPy operands (the fixed cost);
+    * ``pageable_gbps``: a plain ``.get()`` into a fresh array (out-of-core result
+      tiles); ``device_mem_gb``: the device's memory.
+
+    Returns
+    -------
+    dict
+        Those rates, ``measured`` and ``command``.
+    """
+    import cupy
+
+    from .cuda import engine, modgemm, staging
+    from .plan import Plan
+    from .provenance import median_device_time, median_wall_time
+
+    n_el = transfer_mib * (1 << 20) // 8
+    host = np.random.default_rng(1).standard_normal(n_el)
+    back = np.empty_like(host)
+    stream = staging.thread_stream()
+
+    def up():
+        with stream:
+            dev, futs = staging.upload_start(host, stream)
+            staging.wait(futs)
+            stream.synchronize()
+        return dev
+
+    dev = up()
+    t_up = min(_wall(up) for _ in range(repeats))
+    # Into a fresh array each time, as a routed call's result (its first-touch page
+    # faults are part of the rate the call sees).
+    t_down = min(_wall(lambda: staging.download(dev, np.empty_like(host), stream))
+                 for _ in range(repeats))
+    staging.download(dev, back, stream)
+    if not np.array_equal(back.view(np.int64), host.view(np.int64)):
+        raise RuntimeError("staged round trip changed the data")
+    dst = cupy.empty_like(dev)
+    t_copy = median_device_time(lambda: cupy.copyto(dst, dev), repeats)
+    dev = dst = None  # free the device buffers before the GEMM
+    R = cupy.ones((2, gemm_n, gemm_n), dtype=np.int8)
+    C32 = cupy.empty((gemm_n, gemm_n), dtype=np.int32)
+    h = modgemm.handle()
+    g = gemm_n
+    t_gemm = median_device_time(lambda: modgemm.gemm_tn(R[0].data.ptr, R[1].data.ptr,
+                                                        C32.data.ptr, g, g, g, g, g, g,
+                                                        h=h), repeats)
+    R = C32 = None
+    small = np.random.default_rng(2).standard_normal((2, 128, 128))
+    plan = Plan(128, 128, 128)
+    t_small = median_wall_time(lambda: engine.matmul_numpy(small[0], small[1], plan),
+                               repeats)
+    small_dev = cupy.asarray(host[: n_el // 4])   # a plain copy: out-of-core result tiles
+    t_pageable = min(_wall(lambda: small_dev.get()) for _ in range(repeats))
+    _, total = cupy.cuda.runtime.memGetInfo()
+    nbytes = host.nbytes
+    rec = {"h2d_gbps": nbytes / t_up / 1e9, "d2h_gbps": nbytes / t_down / 1e9,
+           "pageable_gbps": small_dev.nbytes / t_pageable / 1e9, "device_mem_gb": total / 1e9,
+           "int8_tops": 2.0 * g ** 3 / t_gemm / 1e12,
+           "device_gbps": 2.0 * nbytes / t_copy / 1e9, "overhead_s": t_small,
+           "measured": time.strftime("%Y-%m-%d"), "command": "python -m ozaki_backend tune"}
+    log("device rates: " + ", ".join(f"{k} {v:.4g}" for k, v in rec.items()
+                                     if isinstance(v, float)))
+    cupy.get_default_memory_pool().free_all_blocks()
+    return rec
+
+
+def _wall(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def measure_rates(path=None, *, host_shapes=HOST_SHAPES, device=True, repeats=3,
+                  log=print) -> str:
+    """Measure the cost model's rates on this machine and merge them into the rate
+    table at ``path`` (default: :func:`ozaki_backend.dispatch.costmodel.rates_path`).
+
+    Parameters
+    ----------
+    path : str, optional
+    host_shapes : sequence of (m, k, n)
+        Host DGEMMs to time (:func:`measure_host_rates`).
+    device : bool
+        Also measure the GPU side (:func:`measure_device_rates`); needs CuPy and a GPU.
+    repeats : int
+    log : callable
+
+    Returns
+    -------
+    str
+        The path written.
+    """
+    from .dispatch import costmodel
+
+    host = measure_host_rates(host_shapes, repeats=repeats, log=log)
+    dev = measure_device_rates(log=log) if device else None
+    return costmodel.write_rates(path or costmodel.rates_path(), host, dev)
+
+
 def write_table(name, record, path=None):
     """Merge one device's record into a table file: ``path``, by default the user's
     cache (:func:`ozaki_backend.cuda.tuning_files.user_table_path`), which the engine reads on
@@ -174,10 +322,24 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     where.add_argument("--install", action="store_true",
                        help="merge into the installed package's own table instead")
     ap.add_argument("--dry-run", action="store_true", help="measure and print only")
+    ap.add_argument("--rates-output", default=None,
+                    help="rate table of the cost model to merge into (default: "
+                         "$OZAKI_BACKEND_RATES, else the package's)")
+    ap.add_argument("--rates-only", action="store_true",
+                    help="measure only the cost model's rates (host part without a GPU)")
 
 
 def run(args) -> int:
     """Run ``tune`` with parsed arguments; returns the exit status."""
+    if args.rates_only:
+        from .cuda import availability
+
+        ok, why = availability()
+        if not ok:
+            print(f"no usable GPU ({why}): measuring the host rates only")
+        path = measure_rates(args.rates_output, device=ok, repeats=args.repeats)
+        print(f"wrote the cost model's rates to {path}")
+        return 0
     try:
         import cupy
 
@@ -197,6 +359,8 @@ def run(args) -> int:
         path = tuning_files.table_path()
     path = write_table(name, record, path)
     print(f"wrote {len(record['entries'])} entries for {name} to {path}")
+    path = measure_rates(args.rates_output, repeats=args.repeats)
+    print(f"wrote the cost model's rates to {path}")
     return 0
 
 

@@ -3,9 +3,15 @@
 # (bitwise against the CPU reference), run `python -m ozaki_backend bench`, log
 # everything under $OUT and print a short table last.
 #
-#   bash scripts/gpu-check.sh [--tests-only | --bench-only] [--tune] [--sanitize]
-#                             [--gemmul8] [-k EXPR] [bench args ...]
+#   bash scripts/gpu-check.sh [--tests-only | --bench-only | --host-bench] [--tune]
+#                             [--sanitize] [--gemmul8] [-k EXPR] [bench args ...]
 #
+#   --host-bench  no tests; measure the cost model's rates on this machine
+#               (tune --rates-only, written to $OUT/host_rates.json and used through
+#               OZAKI_BACKEND_RATES), then `python -m ozaki_backend bench --host` (NumPy
+#               operands through every entry point inside enabled(), next to plain
+#               NumPy; $OUT/bench-host.json); the bench args go to bench --host
+#               (e.g. --grid '256;8192' --no-ridge). RATES_TIMEOUT / BENCH_TIMEOUT.
 #   --tune      also measure the GEMM-path table (python -m ozaki_backend tune), written
 #               to $OUT/gemm_tuning.json (copy it to ozaki_backend/_data/ to ship it)
 #   --sanitize  also run scripts/sanitize.py under compute-sanitizer memcheck and racecheck
@@ -28,11 +34,12 @@ OUT=${OUT:-/tmp/ozaki-gpu-check}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
-run_tests=1 run_bench=1 run_tune=0 run_san=0 run_g8=0 run_dask=0 kexpr=() ws_parts=""
+run_tests=1 run_bench=1 run_tune=0 run_san=0 run_g8=0 run_dask=0 run_host=0 kexpr=() ws_parts=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests-only) run_bench=0; shift ;;
     --bench-only) run_tests=0; shift ;;
+    --host-bench) run_tests=0; run_bench=0; run_host=1; shift ;;
     --tune) run_tune=1; shift ;;
     --sanitize) run_san=1; shift ;;
     --gemmul8) run_g8=1; shift ;;
@@ -77,7 +84,15 @@ if [ $run_tests = 1 ]; then
   rc_tests=$?
   echo "pytest: rc=$rc_tests in $(( $(date +%s) - t0 )) s" >>"$OUT/pytest.log"
 fi
-rc_tune=0 rc_san=0 rc_g8=0 rc_ws=0 rc_dask=0
+rc_tune=0 rc_san=0 rc_g8=0 rc_ws=0 rc_dask=0 rc_host=0
+if [ $run_host = 1 ]; then
+  export OZAKI_BACKEND_RATES="$OUT/host_rates.json"
+  timeout "${RATES_TIMEOUT:-150}" python3 -m ozaki_backend tune --rates-only \
+    --rates-output "$OUT/host_rates.json" >"$OUT/rates.log" 2>&1
+  rc_host=$?
+  timeout "${BENCH_TIMEOUT:-400}" python3 -m ozaki_backend bench --host \
+    --json "$OUT/bench-host.json" "$@" >"$OUT/bench-host.log" 2>&1 || rc_host=1
+fi
 if [ $run_tune = 1 ]; then
   timeout "${TUNE_TIMEOUT:-240}" python3 -m ozaki_backend tune --output "$OUT/gemm_tuning.json" \
     >"$OUT/tune.log" 2>&1
@@ -127,6 +142,15 @@ if [ $run_bench = 1 ]; then
     tail -n 40 "$OUT/bench.log"
   fi
 fi
+if [ $run_host = 1 ]; then
+  echo "==== cost model rates (rates.log, host_rates.json)"; tail -n 16 "$OUT/rates.log"
+  echo "==== bench --host (rc=$rc_host; full log: bench-host.log, bench-host.json)"
+  if grep -q "^ozaki_backend bench --host" "$OUT/bench-host.log"; then
+    sed -n '/^ozaki_backend bench --host/,$p' "$OUT/bench-host.log"
+  else
+    tail -n 40 "$OUT/bench-host.log"
+  fi
+fi
 if [ $run_tune = 1 ]; then
   echo "==== tune (rc=$rc_tune; tune.log, gemm_tuning.json)"; tail -n 12 "$OUT/tune.log"
 fi
@@ -149,4 +173,4 @@ fi
 if [ $run_g8 = 1 ]; then
   echo "==== GEMMul8 side by side (rc=$rc_g8; gemmul8.log)"; tail -n 60 "$OUT/gemmul8-table.log"
 fi
-exit $(( rc_tests != 0 || rc_bench != 0 || rc_tune != 0 || rc_san != 0 || rc_g8 != 0 || rc_ws != 0 || rc_dask != 0 ))
+exit $(( rc_tests != 0 || rc_bench != 0 || rc_tune != 0 || rc_san != 0 || rc_g8 != 0 || rc_ws != 0 || rc_dask != 0 || rc_host != 0 ))

@@ -1,9 +1,10 @@
 """The CUDA engine: :class:`ozaki_backend.engine.Engine` for NumPy and CuPy operands.
 
 * NumPy operands in, float64 NumPy result out (:func:`matmul_numpy`): each 2-D slice
-  moves through the pinned staging buffers (:mod:`.staging`), runs
-  :func:`.pipeline.product_into` and comes back; ``alpha``/``beta`` are applied on the
-  host.
+  moves through the pinned staging buffers (:mod:`.staging`) as it lies in memory (C or
+  Fortran order, no host copy), runs :func:`.pipeline.product_into` and comes back
+  straight into the caller's C- or Fortran-ordered result; ``alpha``/``beta`` are
+  applied on the host.
 * CuPy operands in, CuPy result out on their device (:func:`matmul_device`), no host
   copies; ``alpha``/``beta`` are applied in the fused output pass.
 
@@ -28,13 +29,15 @@ from .errors import CudaEngineError, translating
 # --------------------------------------------------------------------------- NumPy in/out
 
 def matmul_numpy(a3, b3, plan, *, phases=None, check_finite=False, out=None, bound=None,
-                 flags=None):
+                 flags=None, steps=None):
     """Stacked product of float64 NumPy operands on the GPU.
 
     Parameters
     ----------
     a3 : ndarray (..., m, k), b3 : ndarray (..., k, n)
-        Same leading (batch) shape, possibly broadcast views (zero strides).
+        Same leading (batch) shape, possibly broadcast views (zero strides). A slice
+        that is C- or Fortran-contiguous (a transposed view) is uploaded as it lies in
+        memory, with no host copy; the kernels read the device copy's strides.
     plan : Plan
     phases : pipeline.Phases, optional
         Per-phase device timing (benchmark).
@@ -43,17 +46,22 @@ def matmul_numpy(a3, b3, plan, *, phases=None, check_finite=False, out=None, bou
         operands) and return None then, so that the caller can take NumPy's native
         path; a host-side ``isfinite`` pass costs ~140 ms at n = 8192.
     out : ndarray, optional
-        C-contiguous float64 of shape ``batch + (m, n)`` to write into.
+        float64 of shape ``batch + (m, n)`` whose 2-D slices are C- or
+        Fortran-contiguous: the result is downloaded straight into it (a Fortran slice
+        is transposed on the device first, never on the host).
     bound : ndarray, optional
         C-contiguous float64 like ``out``: receives the per-element error bound.
     flags : dict, optional
         Receives ``"overflow"``: whether some element is infinite (checked on the device).
+    steps : dict, optional
+        Receives wall seconds ``"upload"``, ``"engine"``, ``"download"`` summed over the
+        slices (each step synchronised before the next one starts: benchmark only).
 
     Returns
     -------
     ndarray or None
-        float64, C order, shape ``batch + (m, n)``; None for a non-finite operand
-        (``check_finite`` only).
+        float64, shape ``batch + (m, n)`` (``out`` when given); None for a non-finite
+        operand (``check_finite`` only).
     """
     batch = a3.shape[:-2]
     m, k = a3.shape[-2:]
@@ -61,9 +69,10 @@ def matmul_numpy(a3, b3, plan, *, phases=None, check_finite=False, out=None, bou
     if out is None:
         out = np.empty(batch + (m, n), dtype=np.float64)
     elif not (isinstance(out, np.ndarray) and out.dtype == np.float64
-              and out.shape == batch + (m, n) and out.flags.c_contiguous):
-        raise ValueError("out must be a C-contiguous float64 array of shape "
-                         f"{batch + (m, n)}")
+              and out.shape == batch + (m, n) and out.flags.writeable
+              and all(_download_layout(out[idx]) for idx in np.ndindex(*batch))):
+        raise ValueError("out must be a float64 array of shape "
+                         f"{batch + (m, n)} with C- or Fortran-contiguous 2-D slices")
     if out.size == 0:
         return out
     if k == 0:
@@ -73,11 +82,18 @@ def matmul_numpy(a3, b3, plan, *, phases=None, check_finite=False, out=None, bou
         if check_finite and not (np.isfinite(a3).all() and np.isfinite(b3).all()):
             return None
         with translating("CUDA engine (NumPy operands, phase22)"):
-            for idx in np.ndindex(*batch):
-                C = phase22.matmul_2d(cupy.asarray(a3[idx], dtype=np.float64),
-                                      cupy.asarray(b3[idx], dtype=np.float64), plan)
-                out[idx] = cupy.asnumpy(C)
+            stream = staging.thread_stream()
+            with stream:
+                last = {}
+                for idx in np.ndindex(*batch):
+                    A, fa = staging.cached_upload(a3[idx], "a", last, stream)
+                    B, fb = staging.cached_upload(b3[idx], "b", last, stream)
+                    staging.wait(fa + fb)
+                    _download_into(phase22.matmul_2d(A, B, plan), out[idx], stream)
+                last.clear()
+            stream.synchronize()
         return out
+    clock = _StepClock(steps)
     with translating("CUDA engine (NumPy operands)"):
         stream = staging.thread_stream()
         overflow = False
@@ -99,22 +115,90 @@ def matmul_numpy(a3, b3, plan, *, phases=None, check_finite=False, out=None, bou
                 else:
                     B, fb = staging.cached_upload(b3[idx], "b", last, stream)
                 staging.wait(fa + fb)
+                clock.lap("upload", stream)
                 C = cupy.empty((m, n), dtype=np.float64)
                 Bd = None if bound is None else cupy.empty((m, n), dtype=np.float64)
-                if pipeline.product_into(A, B, plan, C, phases=phases,
-                                         check_finite=check_finite, bound=Bd) is None:
+                # Finished row (column) blocks of C download while the next compute;
+                # not when the steps are timed one after the other.
+                tiles = staging.TileDownloads(C, out[idx], stream, phases,
+                                              blocks=1 if steps is not None else
+                                              download_blocks(m, n))
+                try:
+                    outcome = pipeline.product_into(A, B, plan, C, phases=tiles,
+                                                    check_finite=check_finite, bound=Bd)
+                finally:
+                    whole = tiles.finish()
+                if outcome is None:
                     return None
                 if flags is not None:
                     overflow = overflow or bool(cupy.isinf(C).any())
-                staging.download(C, out[idx], stream)
+                clock.lap("engine", stream)
+                if not whole or outcome in (pipeline.RESIDUAL, pipeline.NATIVE):
+                    # not tiled, or rewritten after its tiles came down
+                    _download_into(C, out[idx], stream)
                 if Bd is not None:
-                    staging.download(Bd, bound[idx], stream)
-                del C, Bd
+                    _download_into(Bd, bound[idx], stream)
+                clock.lap("download", stream)
+                del C, Bd, tiles
             last.clear()
         stream.synchronize()
         if flags is not None:
             flags["overflow"] = overflow
     return out
+
+
+#: Results of at least this many bytes (and sides of at least OVERLAP_MIN_SIDE) come
+#: down in :data:`OVERLAP_BLOCKS` blocks while the rest computes; smaller ones in one
+#: piece after the product (the narrower GEMMs would cost more than the overlap saves).
+OVERLAP_BYTES = 32 << 20
+OVERLAP_MIN_SIDE = 512
+OVERLAP_BLOCKS = 4
+
+
+def download_blocks(m, n) -> int:
+    """Output blocks of an ``m x n`` result that download while the next compute."""
+    big = 8 * m * n >= OVERLAP_BYTES and min(m, n) >= OVERLAP_MIN_SIDE
+    return OVERLAP_BLOCKS if big else 1
+
+
+def _download_layout(o):
+    """``"C"`` / ``"F"`` when the 2-D host slice ``o`` can take a download as it lies,
+    else ``""``."""
+    if o.flags.c_contiguous:
+        return "C"
+    return "F" if o.flags.f_contiguous else ""
+
+
+def _download_into(C, o, stream):
+    """The C-ordered device result ``C`` into the 2-D host slice ``o`` (C- or
+    Fortran-contiguous), one pinned-staged transfer, no host transposing copy."""
+    if not C.flags.c_contiguous:
+        C = cupy.ascontiguousarray(C)
+    if _download_layout(o) == "C":
+        staging.download(C, o, stream)
+    else:  # Fortran order: transpose on the device (a memory-bound pass), then copy flat
+        staging.download(cupy.ascontiguousarray(C.T), o.T, stream)
+
+
+class _StepClock:
+    """Wall time of the host path's steps (upload, engine, download) when ``steps`` is
+    a dict; does nothing (and never synchronises) otherwise."""
+
+    def __init__(self, steps):
+        self.steps = steps
+        if steps is not None:
+            import time
+
+            self._now = time.perf_counter
+            self.t = self._now()
+
+    def lap(self, name, stream):
+        if self.steps is None:
+            return
+        stream.synchronize()
+        t = self._now()
+        self.steps[name] = self.steps.get(name, 0.0) + (t - self.t)
+        self.t = t
 
 
 # --------------------------------------------------------------------------- CuPy in/out

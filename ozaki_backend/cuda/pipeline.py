@@ -137,6 +137,16 @@ def _nothing(_name):
     yield
 
 
+def _host_tiles(ph, tm, tn):
+    """``(tm, tn)`` capped by the host path's ``ph.tile_cap`` (``(rows, cols)``, set by
+    ``engine.matmul_numpy`` so that finished output tiles download while the next ones
+    compute); tiles only partition the output, so the bits do not change."""
+    cap = getattr(ph, "tile_cap", None)
+    if cap is None:
+        return tm, tn
+    return max(1, min(tm, cap[0])), max(1, min(tn, cap[1]))
+
+
 def _product_layout(tm, tn, kpad, N, path="cublas"):
     """Workspace of the integer product for ``(tm, tn)`` tiles: the residue planes and
     the N products (int32 planes on the cuBLAS path, residue bytes on the fused one)."""
@@ -320,6 +330,7 @@ def integer_product_into(prep: Prepared, n_moduli, s, t, out, *, alpha=1.0, beta
         # products accumulate onto the folded earlier ones: exact mod p, the same bits.
         path = "cublas"
         tm, tn, kc = _k_tiles(m, n, kpad, N)
+    tm, tn = _host_tiles(ph, tm, tn)
     chunks = [(k0, min(k, k0 + kc)) for k0 in range(0, k, kc)]
     prod = _product_layout(tm, tn, kc, N, path)
     buf = cupy.empty(prod.nbytes, dtype=np.uint8)
@@ -354,6 +365,9 @@ def integer_product_into(prep: Prepared, n_moduli, s, t, out, *, alpha=1.0, beta
                          C0=None if C0 is None else C0[i0:i1, j0:j1])
             if host_out:
                 out[i0:i1, j0:j1] = dest.get()
+        done = getattr(ph, "tile_done", None)  # the host path downloads it meanwhile
+        if done is not None:
+            done(i0, i1, j0, j1)
     del buf, v, RA, RB, C, tile
 
 

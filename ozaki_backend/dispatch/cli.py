@@ -293,6 +293,8 @@ def info(args) -> int:
     w(f"  host BLAS {cm['host_gflops']:.1f} GFLOP/s ({cm['host_source']}); H2D "
       f"{cm['h2d_gbps']:g} GB/s, D2H {cm['d2h_gbps']:g} GB/s, INT8 {cm['int8_tops']:g} TOPS, "
       f"overhead {cm['overhead_s'] * 1e6:.0f} us\n")
+    w(f"  rates: {cm['rates'] or 'defaults (python -m ozaki_backend tune measures them)'}; "
+      f"routed when estimated {cm['margin']:.0%} faster\n")
     w(f"  floor (no product below is ever routed): m*n*k >= {cm['floor_mnk']}\n")
     w("      n  moduli   host ms  emulated ms  routed\n")
     for c in cm["cubes"]:

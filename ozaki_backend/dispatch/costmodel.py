@@ -35,42 +35,134 @@ def _positive(text):
     return v if math.isfinite(v) and v > 0 else None
 
 
+#: The rate table's format (``ozaki_backend/_data/host_rates.json``).
+RATES_SCHEMA = "ozaki_backend-rates/1"
+#: The rate table shipped with the package (empty until ``tune`` has run here).
+RATES_FILE = "_data/host_rates.json"
+#: Environment variable naming another rate table to read (and ``tune`` to write).
+RATES_ENV = "OZAKI_BACKEND_RATES"
+
+#: The GPU-side parameters used before ``python -m ozaki_backend tune`` has measured this
+#: machine: deliberately on the slow side (the H200 host moves 55 GB/s pinned; the
+#: staged NumPy path reaches less), so that an unmeasured machine keeps borderline
+#: products native rather than routing them at a loss.
+DEFAULTS = {"h2d_gbps": 10.0, "d2h_gbps": 10.0, "int8_tops": 800.0,
+            "device_gbps": 3000.0, "overhead_s": 3e-3, "device_mem_gb": 80.0,
+            "pageable_gbps": 2.4}
+
+#: A product whose operands and result (float64) plus the workspace (at most this
+#: much, the engine's default cap) exceed this fraction of the device memory runs out of
+#: core (the CUDA engine's rule): operands re-read per tile, result tiles copied out
+#: through pageable memory.
+OUT_OF_CORE_FRACTION = 0.85
+WORKSPACE_CAP_BYTES = 16 << 30
+
+#: Routing needs the emulated estimate to beat the host estimate by this fraction
+#: (the estimates' error: a product routed at the margin is at worst about this much
+#: slower than native).
+MARGIN = 0.1
+
+
 class CostModel:
     """Host BLAS time against transfer + GPU time for one float64 product.
 
-    ``host_gflops`` is measured once per process on first use
-    (:func:`measure_host_gflops`) unless ``OZAKI_BACKEND_HOST_GFLOPS`` gives it. The GPU
-    side uses documented defaults fitted to end-to-end routed ``A @ B`` times of NumPy
-    operands on the H200 machine (n = 512 ... 8192: 7.5, 18.5, 52, 161, 640 ms, i.e. a
-    fixed ~5 ms plus ~2.6 GB/s for operands in and result out); adjust the attributes
-    of :func:`cost_model` to fit another machine or a faster engine.
+    The rates come from the rate table that ``python -m ozaki_backend tune`` writes
+    (:func:`rates_path`; :func:`ozaki_backend.tune.measure_rates` measures them): the
+    host's DGEMM GFLOP/s per shape class and, per GPU, the staged host<->device rates,
+    the INT8 GEMM rate, the device memory rate and the fixed cost of a call. A machine
+    the table does not know uses :data:`DEFAULTS` for the GPU side and one host rate
+    measured on first use (:func:`measure_host_gflops`; ``OZAKI_BACKEND_HOST_GFLOPS``
+    gives it instead).
+
+    Parameters
+    ----------
+    host_gflops : float, optional
+        One host rate for every shape (overrides the table's per-shape rates).
+    h2d_gbps, d2h_gbps, int8_tops, device_gbps, overhead_s, device_mem_gb, pageable_gbps
+        Override the table / :data:`DEFAULTS` (floats, optional).
+    rates : dict or None or "auto"
+        A rate record ``{"host": {...}, "device": {...}}`` as :func:`machine_rates`
+        returns it; ``"auto"`` (the process-wide model) reads this machine's from the
+        table on first use; None uses nothing but the arguments and defaults.
+    margin : float
+        See :data:`MARGIN`.
 
     Attributes
     ----------
     h2d_gbps, d2h_gbps : float
-        Effective host->device / device->host rate (GB/s) of a routed call, staging
-        and conversions included. Default 2.6 (fitted, see above).
+        Host->device / device->host rate (GB/s) of the staged path (pinned buffers
+        filled by several threads), as a routed call sees it.
     int8_tops : float
-        Sustained INT8 GEMM rate (TOPS) for the modular products. Default 800.
+        Sustained INT8 GEMM rate (TOPS) of one modular product.
     device_gbps : float
-        Device memory bandwidth (GB/s) for scaling, residues and CRT. Default 3000.
+        Device memory bandwidth (GB/s) for scaling, residues and CRT.
     overhead_s : float
         Fixed cost per routed call: planning, workspace, launches, synchronisation.
-        Default 5e-3 (fitted, see above).
+    device_mem_gb : float
+        Device memory (GB): products that do not fit run out of core.
+    pageable_gbps : float
+        Device->host rate of a plain (pageable) copy: out-of-core result tiles.
+    host_table : tuple of (m, n, k, gflops)
+        The host DGEMM rates measured per shape (empty: one rate, :attr:`host_gflops`).
     """
 
     #: The adjustable parameters besides ``host_gflops``.
-    PARAMS = ("h2d_gbps", "d2h_gbps", "int8_tops", "device_gbps", "overhead_s")
+    PARAMS = ("h2d_gbps", "d2h_gbps", "int8_tops", "device_gbps", "overhead_s",
+              "device_mem_gb", "pageable_gbps")
 
-    def __init__(self, host_gflops=None, h2d_gbps=2.6, d2h_gbps=2.6, int8_tops=800.0,
-                 device_gbps=3000.0, overhead_s=5e-3):
-        object.__setattr__(self, "_host_gflops", host_gflops)
-        object.__setattr__(self, "host_source", "given" if host_gflops is not None else None)
-        object.__setattr__(self, "_lock", threading.Lock())
-        object.__setattr__(self, "_listeners", [])
-        for name, v in zip(self.PARAMS, (h2d_gbps, d2h_gbps, int8_tops, device_gbps,
-                                         overhead_s)):
-            object.__setattr__(self, name, float(v))
+    def __init__(self, host_gflops=None, h2d_gbps=None, d2h_gbps=None, int8_tops=None,
+                 device_gbps=None, overhead_s=None, *, device_mem_gb=None,
+                 pageable_gbps=None, rates=None, margin=MARGIN):
+        set_ = object.__setattr__
+        set_(self, "_host_gflops", None if host_gflops is None else float(host_gflops))
+        set_(self, "host_source", "given" if host_gflops is not None else None)
+        set_(self, "_lock", threading.RLock())
+        set_(self, "_listeners", [])
+        set_(self, "margin", float(margin))
+        set_(self, "_given", {k: float(v) for k, v in zip(
+            self.PARAMS, (h2d_gbps, d2h_gbps, int8_tops, device_gbps, overhead_s,
+                          device_mem_gb, pageable_gbps))
+            if v is not None})
+        set_(self, "_rates", rates)
+        set_(self, "_loaded", rates != "auto")
+        set_(self, "rates_source", None)
+        self._apply(rates if isinstance(rates, dict) else None)
+
+    # ---------------------------------------------------------------- rates
+    def _apply(self, rates):
+        """Take the parameters from a rate record (given values win, then the record,
+        then :data:`DEFAULTS`)."""
+        dev = (rates or {}).get("device") or {}
+        host = (rates or {}).get("host") or {}
+        for name in self.PARAMS:
+            v = self._given.get(name, dev.get(name, DEFAULTS[name]))
+            object.__setattr__(self, "_p_" + name, float(v))
+        table = tuple((int(e["m"]), int(e["n"]), int(e["k"]), float(e["gflops"]))
+                      for e in host.get("dgemm", ()) if float(e["gflops"]) > 0)
+        object.__setattr__(self, "host_table", table)
+        if rates:
+            object.__setattr__(self, "rates_source", rates.get("source", "given"))
+
+    def _ensure(self):
+        if not self._loaded:
+            with self._lock:
+                if not self._loaded:
+                    rates = machine_rates()
+                    self._apply(rates)
+                    object.__setattr__(self, "_loaded", True)
+
+    def reload(self) -> None:
+        """Read this machine's rates from the table again (after ``tune``)."""
+        if self._rates == "auto":
+            object.__setattr__(self, "_loaded", False)
+            self._ensure()
+            self._changed()
+
+    def __getattr__(self, name):
+        if name in CostModel.PARAMS:
+            self._ensure()
+            return object.__getattribute__(self, "_p_" + name)
+        raise AttributeError(f"CostModel has no attribute {name!r}")
 
     def __setattr__(self, name, value):
         if name in ("host_gflops", "h2d_gbps", "d2h_gbps", "int8_tops", "device_gbps") \
@@ -80,9 +172,14 @@ class CostModel:
             object.__setattr__(self, "_host_gflops", float(value))
             object.__setattr__(self, "host_source", "set")
         elif name in self.PARAMS:
-            object.__setattr__(self, name, float(value))
+            self._ensure()
+            self._given[name] = float(value)
+            object.__setattr__(self, "_p_" + name, float(value))
         else:
             raise AttributeError(f"CostModel has no parameter {name!r}")
+        self._changed()
+
+    def _changed(self):
         # The C hook's floor of enable()'s default depends on these parameters; the
         # layer that holds that floor listens (this module must not import it).
         for listener in list(self._listeners):
@@ -99,16 +196,22 @@ class CostModel:
         """
         self._listeners.append(listener)
 
+    # ---------------------------------------------------------------- host side
     @property
     def host_gflops(self) -> float:
-        """Native float64 GEMM rate of this host (GFLOP/s), measured once."""
+        """The host's best native float64 GEMM rate (GFLOP/s): the given one, else the
+        table's best, else measured once (the floor uses it)."""
         if self._host_gflops is None:
+            self._ensure()
             with self._lock:
                 if self._host_gflops is None:
                     env = os.environ.get("OZAKI_BACKEND_HOST_GFLOPS", "").strip()
                     rate = _positive(env)
                     if rate is not None:
                         src = "OZAKI_BACKEND_HOST_GFLOPS"
+                    elif self.host_table and not env:
+                        rate = max(e[3] for e in self.host_table)
+                        src = f"rate table ({self.rates_source})"
                     else:
                         if env:  # a typo must not stop the program: warn, measure
                             from .._warnings import warn_config
@@ -122,31 +225,90 @@ class CostModel:
                     object.__setattr__(self, "_host_gflops", rate)
         return self._host_gflops
 
+    def host_rate(self, m, n, k) -> float:
+        """The host DGEMM rate (GFLOP/s) expected for ``(m, k) @ (k, n)``: the table's
+        nearest measured shape (log distance per dimension) unless one rate was given."""
+        self._ensure()
+        if self.host_source in ("given", "set", "OZAKI_BACKEND_HOST_GFLOPS") \
+                or not self.host_table:
+            return self.host_gflops
+        return nearest_rate(self.host_table, m, n, k)
+
+    def slowest_host_rate(self) -> float:
+        """The smallest rate :meth:`host_rate` can return (GFLOP/s)."""
+        self._ensure()
+        if self.host_source in ("given", "set", "OZAKI_BACKEND_HOST_GFLOPS") \
+                or not self.host_table:
+            return self.host_gflops
+        return min(e[3] for e in self.host_table)
+
     def host_seconds(self, m, n, k, batch=1) -> float:
         """Estimated native BLAS time of ``batch`` products ``(m, k) @ (k, n)``."""
-        return 2.0 * m * n * k * batch / (self.host_gflops * 1e9)
+        return 2.0 * m * n * k * batch / (self.host_rate(m, n, k) * 1e9)
+
+    # ---------------------------------------------------------------- GPU side
+    def out_of_core(self, m, n, k) -> bool:
+        """Whether the engine would run ``(m, k) @ (k, n)`` out of core (see
+        :data:`OUT_OF_CORE_FRACTION`)."""
+        usable = OUT_OF_CORE_FRACTION * self.device_mem_gb * 1e9
+        return 8.0 * (m * k + k * n + m * n) + min(WORKSPACE_CAP_BYTES, usable) > usable
 
     def emulated_seconds(self, m, n, k, batch=1, n_gemms=16, n_moduli=15) -> float:
-        """Transfers + modular GEMMs + memory-bound stages + fixed overhead."""
-        xfer = 8.0 * (m * k + k * n) / (self.h2d_gbps * 1e9) + 8.0 * m * n / (self.d2h_gbps * 1e9)
+        """Transfers + modular GEMMs + memory-bound stages + fixed overhead.
+
+        Out of core (:meth:`out_of_core`), the operands are counted once per pass over
+        half the device memory and the result at the pageable rate."""
+        ops, res = 8.0 * (m * k + k * n), 8.0 * m * n
+        if self.out_of_core(m, n, k):
+            passes = math.ceil((ops + res) / (0.5 * self.device_mem_gb * 1e9))
+            xfer = passes * ops / (self.h2d_gbps * 1e9) + res / (self.pageable_gbps * 1e9)
+        else:
+            xfer = ops / (self.h2d_gbps * 1e9) + res / (self.d2h_gbps * 1e9)
         gemm = n_gemms * 2.0 * m * n * k / (self.int8_tops * 1e12)
         mem = (8.0 + n_moduli) * (m * k + k * n) + (4.0 * n_moduli + 8.0) * m * n
         return self.overhead_s + batch * (xfer + gemm + mem / (self.device_gbps * 1e9))
 
+    def routes(self, t_host, t_emulated) -> bool:
+        """Whether an estimate ``t_emulated`` beats ``t_host`` by the margin."""
+        return t_emulated * (1.0 + self.margin) < t_host
+
     def floor(self) -> int:
         """A lower bound of ``m*n*k`` below which routing can never pay off.
 
-        The emulated time is at least ``overhead_s``; the host time is
-        ``2*m*n*k / rate``. The C hook uses this to skip smaller products in C.
+        The larger of two bounds, both taken at the slowest host rate ``R`` any shape
+        is given (the host estimate is then the shortest): the emulated time is at
+        least ``overhead_s`` (host time ``2 s / R``), and at least the transfers, which
+        for ``s = m*n*k`` are smallest for a cube: ``8 (mk + kn + mn) >= 24 s^(2/3)``
+        bytes, so routing needs ``2 s / R > 24 s^(2/3) / X`` (``X`` the slower transfer
+        rate), i.e. ``s > (12 R / X)^3``. The C hook uses this to skip smaller products
+        in C.
         """
-        return int(self.overhead_s * self.host_gflops * 1e9 / 2.0)
+        R = self.slowest_host_rate() * 1e9
+        X = min(self.h2d_gbps, self.d2h_gbps) * 1e9
+        return int(max(self.overhead_s * R / 2.0, (12.0 * R / X) ** 3))
 
     def __repr__(self):
         host = (f"{self._host_gflops:.1f} GFLOP/s ({self.host_source})"
                 if self._host_gflops is not None else "not measured yet")
-        return (f"CostModel(host BLAS {host}; H2D {self.h2d_gbps} GB/s, D2H "
-                f"{self.d2h_gbps} GB/s, INT8 {self.int8_tops} TOPS, device "
-                f"{self.device_gbps} GB/s, overhead {self.overhead_s * 1e6:.0f} us)")
+        if self.host_table:
+            host += f", {len(self.host_table)} measured shapes"
+        return (f"CostModel(host BLAS {host}; H2D {self.h2d_gbps:g} GB/s, D2H "
+                f"{self.d2h_gbps:g} GB/s, INT8 {self.int8_tops:g} TOPS, device "
+                f"{self.device_gbps:g} GB/s, overhead {self.overhead_s * 1e6:.0f} us; "
+                f"rates: {self.rates_source or 'defaults'})")
+
+
+def nearest_rate(table, m, n, k) -> float:
+    """The rate of the entry of ``table`` (``(m, n, k, gflops)`` tuples) nearest to
+    ``(m, n, k)`` in ``|log m - log m'| + |log n - log n'| + |log k - log k'|``; ties go
+    to the faster entry (the host side is then overrated: the product stays native)."""
+    lm, ln, lk = (math.log(max(v, 1)) for v in (m, n, k))
+
+    def key(e):
+        d = abs(lm - math.log(e[0])) + abs(ln - math.log(e[1])) + abs(lk - math.log(e[2]))
+        return (round(d, 9), -e[3])
+
+    return min(table, key=key)[3]
 
 
 def measure_host_gflops(max_n: int = 2048, target_s: float = 0.02, repeats: int = 3) -> float:
@@ -158,28 +320,138 @@ def measure_host_gflops(max_n: int = 2048, target_s: float = 0.02, repeats: int 
     seen, each size the best of ``repeats``. About 0.1 s on a 16-core host, less on a
     small one (it stops at the size that takes ``target_s``).
     """
+    best_rate, n = 0.0, 256
+    while True:
+        best = time_host_dgemm(n, n, n, repeats)
+        best_rate = max(best_rate, 2.0 * n ** 3 / best / 1e9)
+        if best >= target_s or n >= max_n:
+            return best_rate
+        n *= 2
+
+
+def time_host_dgemm(m, n, k, repeats=3, seed=0) -> float:
+    """Best of ``repeats`` wall times (s) of NumPy's own ``(m, k) @ (k, n)`` float64
+    product (never routed), after one warm-up run (thread pool start, page faults)."""
     import numpy as np
 
     from .._native import suspended
 
-    rng = np.random.default_rng(0)
-    best_rate, n = 0.0, 256
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k))
+    b = rng.standard_normal((k, n))
+    out = np.empty((m, n))
+    best = math.inf
     with suspended():
-        while True:
-            a = rng.standard_normal((n, n))
-            np.matmul(a, a)  # warm up: thread pool start, page faults
-            best = math.inf
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                np.matmul(a, a)
-                best = min(best, time.perf_counter() - t0)
-            best_rate = max(best_rate, 2.0 * n ** 3 / best / 1e9)
-            if best >= target_s or n >= max_n:
-                return best_rate
-            n *= 2
+        np.matmul(a, b, out=out)
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            np.matmul(a, b, out=out)
+            best = min(best, time.perf_counter() - t0)
+    return best
 
 
-_model = CostModel()
+# --------------------------------------------------------------------------- the table
+def rates_path() -> str:
+    """The rate table read (and by default written by ``tune``): ``$OZAKI_BACKEND_RATES``
+    when set, else the package's ``_data/host_rates.json``."""
+    env = os.environ.get(RATES_ENV, "").strip()
+    if env:
+        return env
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        RATES_FILE)
+
+
+def host_key() -> str:
+    """This host's key in the table: the CPU model and the number of CPUs."""
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    if not model:
+        import platform
+
+        model = platform.processor() or platform.machine() or "unknown CPU"
+    return f"{model} x{os.cpu_count()}"
+
+
+def gpu_key():
+    """The current GPU's name (the table's device key), or None when CuPy is not
+    loaded or no device answers (this never imports CuPy)."""
+    import sys
+
+    cupy = sys.modules.get("cupy")
+    if cupy is None:
+        return None
+    try:
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
+    except Exception:  # noqa: BLE001 - no device: no key
+        return None
+    name = props["name"]
+    return name.decode() if isinstance(name, bytes) else name
+
+
+def read_table(path=None) -> dict:
+    """The rate table at ``path`` (default :func:`rates_path`); an empty one when the
+    file is missing or unreadable."""
+    import json
+
+    try:
+        with open(path or rates_path()) as f:
+            table = json.load(f)
+    except (OSError, ValueError):
+        table = {}
+    if not isinstance(table, dict) or table.get("schema") != RATES_SCHEMA:
+        table = {}
+    return {"schema": RATES_SCHEMA, "hosts": dict(table.get("hosts") or {}),
+            "devices": dict(table.get("devices") or {})}
+
+
+def machine_rates(path=None, host=None, gpu=None) -> dict:
+    """This machine's record ``{"host": ..., "device": ..., "source": ...}`` from the
+    table (``host``/``gpu`` default to :func:`host_key` / :func:`gpu_key`); the parts
+    the table does not know are empty (the model then uses its defaults)."""
+    table = read_table(path)
+    host = host_key() if host is None else host
+    gpu = gpu_key() if gpu is None else gpu
+    h = table["hosts"].get(host) or {}
+    d = table["devices"].get(gpu) or {} if gpu else {}
+    found = [w for w, rec in (("host", h), ("device", d)) if rec]
+    src = f"{path or rates_path()} ({', '.join(found)})" if found else None
+    return {"host": h, "device": d, "source": src}
+
+
+def write_rates(path, host=None, device=None, *, host_name=None, gpu_name=None) -> str:
+    """Merge this machine's measured ``host`` and ``device`` records into the table at
+    ``path`` (created if missing) and make the process-wide model read it again.
+
+    Returns
+    -------
+    str
+        The path written.
+    """
+    import json
+
+    table = read_table(path)
+    if host:
+        table["hosts"][host_name or host_key()] = host
+    if device:
+        table["devices"][gpu_name or gpu_key() or "unknown GPU"] = device
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(table, f, indent=1, sort_keys=True)
+        f.write("\n")
+    if os.path.abspath(path) == os.path.abspath(rates_path()):
+        _model.reload()
+    return path
+
+
+_model = CostModel(rates="auto")
 
 
 def cost_model() -> CostModel:

@@ -75,15 +75,15 @@ def route_dot(cfg, args, kwargs):
     shape = a.shape[:-1] + (b.shape[1],)
     if out is not None and not ok_out(out, shape, dtype=result_dtype(a, b)):
         return NOT_ROUTED
-    # Explicit row count: reshape(-1, 0) is ambiguous and raises for k == 0.
-    res = routed(cfg, a.reshape(math.prod(a.shape[:-1]), k), b, "np.dot")
+    # Explicit row count: reshape(-1, 0) is ambiguous and raises for k == 0. The
+    # reshape of `a` is a view for C-ordered stacks and any 2-d `a`; `out` (C order,
+    # see ok_out) is written by the engine directly (one copy if it overlaps a or b).
+    rows = math.prod(a.shape[:-1])
+    res = routed(cfg, a.reshape(rows, k), b, "np.dot",
+                 out=None if out is None else out.reshape(rows, b.shape[1]))
     if res is NOT_ROUTED:
         return NOT_ROUTED
-    res = res.reshape(shape)
-    if out is not None:
-        out[...] = res
-        return out
-    return np.ascontiguousarray(res)
+    return out if out is not None else res.reshape(shape)
 
 
 def route_inner(cfg, args, kwargs):
@@ -295,16 +295,33 @@ def route_einsum(cfg, args, kwargs):
     nb, ni, nj, nk = (math.prod(size[c] for c in g) for g in (batch, free_a, free_b, contr))
     at = a.transpose([sa.index(c) for c in batch + free_a + contr]).reshape(nb, ni, nk)
     bt = b.transpose([sb.index(c) for c in batch + contr + free_b]).reshape(nb, nk, nj)
-    res = routed(cfg, at, bt, "np.einsum", fp_name=None)
-    if res is NOT_ROUTED:
-        return NOT_ROUTED
-    res = res.reshape([size[c] for c in batch + free_a + free_b])
     order = batch + free_a + free_b
-    res = res.transpose([order.index(c) for c in outs])
     if out is None:
         out = _einsum_output(a, b, sa, sb, outs)
-    np.copyto(out, res)
+    # The engine writes straight into `out` when `out`, viewed in the product's axis
+    # order, is a (nb, ni, nj) stack (C order, or one Fortran-ordered matrix); else one
+    # copy of the routed result.
+    view = _stack_view(out.transpose([outs.index(c) for c in order]), (nb, ni, nj))
+    res = routed(cfg, at, bt, "np.einsum", fp_name=None, out=view)
+    if res is NOT_ROUTED:
+        return NOT_ROUTED
+    if view is None:
+        res = res.reshape([size[c] for c in order])
+        np.copyto(out, res.transpose([order.index(c) for c in outs]))
     return out
+
+
+def _stack_view(x, shape):
+    """``x`` reshaped to ``shape`` without a copy, or None when that needs one (or the
+    view is neither a C-ordered stack nor a single Fortran-ordered matrix)."""
+    try:
+        v = x.view()
+        v.shape = shape  # raises instead of copying
+    except (AttributeError, ValueError):
+        return None
+    if v.flags.c_contiguous or (shape[0] == 1 and v.flags.f_contiguous):
+        return v
+    return None
 
 
 def _einsum_output(a, b, sa, sb, outs):

@@ -325,7 +325,7 @@ def info() -> dict:
         t_e = model.emulated_seconds(n, n, n, 1, p.n_gemms - (p.n_moduli - N) * p.k_split,
                                      N)
         cross.append({"n": n, "moduli": N, "host_ms": t_h * 1e3,
-                      "emulated_ms": t_e * 1e3, "routed": t_e < t_h})
+                      "emulated_ms": t_e * 1e3, "routed": model.routes(t_h, t_e)})
     env_vars = {k: v for k, v in os.environ.items() if k.startswith("OZAKI_BACKEND")}
     known = config.known_variables()
     loop_hook = {"extension": loophook.available(),
@@ -354,6 +354,7 @@ def info() -> dict:
         "state": {"enabled_here": node.enabled, "config": node.config.as_dict(),
                   "c_state": dict(zip(("active_scopes", "floor"), loophook.state()))},
         "cost_model": {"host_gflops": model.host_gflops, "host_source": model.host_source,
+                       "rates": model.rates_source, "margin": model.margin,
                        **{k: getattr(model, k) for k in model.PARAMS},
                        "floor_mnk": model.floor(), "cubes": cross},
         "moduli": {"table": list(MODULI),

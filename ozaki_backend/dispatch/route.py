@@ -6,14 +6,20 @@ and ``config`` (the calling context's scope), below every module that intercepts
 one product it
 
 1. asks :func:`routing.decide` (shape, engine, size),
-2. turns a routed decision into a native one when an operand is not finite (NaN and
-   infinity take NumPy's path, so the result is exactly NumPy's),
-3. keeps the final decision in ``routing.recent`` (for ``explain()``) and counts a
-   native one under its reason,
-4. computes a routed one with ``ozaki_backend._api.product`` with interception
+2. computes a routed one with ``ozaki_backend._api.product`` with interception
    suspended (the engine's own native products are never routed back), counts it per
    entry point, and turns any exception into a counted, logged fallback: the caller
-   then computes the product natively.
+   then computes the product natively,
+3. turns a product the engine declined (an operand holds NaN or infinity) into a
+   native one: the caller runs the original function, so the result is exactly
+   NumPy's. There is no host pass over the operands here: the CUDA engine finds
+   NaN/Inf on the device in its scaling pass, the CPU engine checks on the host itself,
+4. keeps the final decision in ``routing.recent`` (for ``explain()``) and counts a
+   native one under its reason.
+
+The operands are handed on as they come (C- or Fortran-ordered, transposed or strided
+views, never copied here), and ``out`` is written once, by the engine, when it does not
+overlap the operands (``_api.product`` decides).
 
 Entry points signal "not routed: call the original" by returning :data:`NOT_ROUTED`.
 The module-level wrappers are made by :func:`make_wrapper`: outside a scope (nothing
@@ -169,8 +175,9 @@ def routed(cfg, a, b, entry, *, alpha=1.0, beta=0.0, c=None, out=None, fp_name="
     alpha, beta, c
         BLAS scaling (``c`` is checked for non-finite values only when ``beta != 0``).
     out : numpy.ndarray, optional
-        Receives the result with one copy after it is complete, so it may alias ``a``
-        or ``b`` (the loop hook's output buffer).
+        Receives the result: written directly by the engine when it is C- or
+        Fortran-contiguous and overlaps neither operand, else with one copy after the
+        product is complete (it may alias ``a`` or ``b``: the loop hook's buffer).
     fp_name, overflowed
         How an overflow of the result is reported (:func:`ozaki_backend._api.product`):
         under NumPy's name for the entry point (``"dot"`` for the dot family), not at
@@ -181,32 +188,36 @@ def routed(cfg, a, b, entry, *, alpha=1.0, beta=0.0, c=None, out=None, fp_name="
     -------
     numpy.ndarray or NOT_ROUTED
         The result (``out`` when given), or :data:`NOT_ROUTED` when the decision is
-        native or the routed path failed (counted as a fallback and logged).
+        native, the engine declined (NaN/Inf in an operand) or the routed path failed
+        (counted as a fallback and logged).
     """
     _decided.flag = True
     m, k = a.shape[-2:]
     n = b.shape[-1]
     batch = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
     d = routing.decide(cfg, m, n, k, batch, entry)
-    if d.routed and (not finite(a, b) or (c is not None and beta != 0 and not finite(c))):
+    if d.routed and c is not None and beta != 0 and not finite(c):
+        # C is read on the host (alpha/beta are applied there); BLAS's NaN/Inf rules
+        # for it are the caller's own.
         d = d.replace(routed=False, reason=NON_FINITE)
-    routing.recent.append(d)
     decision(d)
     if not d.routed:
+        routing.recent.append(d)
         _stats.record("native", d.reason)
         return NOT_ROUTED
     flag = [] if overflowed is None else overflowed
     try:
         with _native.suspended(), _config.uncounted():
-            res = _api.product(a, b, dict(cfg.opts, engine=d.engine), alpha=alpha,
-                               beta=beta, c=c, fp_name=fp_name, overflowed=flag)
-            if out is not None:
-                out[...] = res  # a fresh result, then one copy: `out` may alias a or b
-                res = out
+            # `out` is written straight by the engine when it overlaps no operand, else
+            # through one copy of a fresh result (the loop hook's `out` may alias a, b).
+            res = _api.product(a, b, dict(cfg.opts, engine=d.engine), out=out,
+                               alpha=alpha, beta=beta, c=c, fp_name=fp_name,
+                               overflowed=flag, declined=_api.DECLINED)
     except Warning as exc:
         # A warning the user's filters raise as an error (-W error): theirs to see.
         a = b = c = out = None  # noqa: F841
         traceback.clear_frames(exc.__traceback__)
+        routing.recent.append(d)
         raise
     except Exception as exc:
         # The operands may be views of NumPy's loop buffers (the loop hook), freed when
@@ -214,8 +225,15 @@ def routed(cfg, a, b, entry, *, alpha=1.0, beta=0.0, c=None, out=None, fp_name="
         # reachable, neither in this frame nor in the engine's.
         a = b = c = out = None  # noqa: F841
         traceback.clear_frames(exc.__traceback__)
+        routing.recent.append(d)
         fallback(entry, exc)
         return NOT_ROUTED
+    if res is _api.DECLINED:
+        # NaN or infinity in an operand, found by the engine (counted there under
+        # NON_FINITE): the caller's original function gives NumPy's own answer.
+        routing.recent.append(d.replace(routed=False, reason=NON_FINITE, engine=None))
+        return NOT_ROUTED
+    routing.recent.append(d)
     count_entry(entry)
     if flag and overflowed is None and fp_name:
         # Reported by the entry point once its result is complete (report_pending), so

@@ -15,9 +15,13 @@ Order of the checks (each native outcome names its reason, see :class:`Decision`
    With ``min_size="auto"``: ``engine="cpu"`` routes everything eligible (the user
    asked for the reference engine's results); ``engine="auto"`` without a GPU routes
    nothing (emulation on the host is always slower than native BLAS); with the CUDA
-   engine the :class:`CostModel` compares the host BLAS time with transfer + GPU time.
-4. Operands with NaN or infinity are checked by the caller (they take the native
-   path, so the result is exactly NumPy's; ``route.py`` replaces the decision).
+   engine the :class:`CostModel` compares the host BLAS time with transfer + GPU time,
+   both from rates measured on the machine (``python -m ozaki_backend tune``), and
+   routes only a product estimated faster by the model's margin. Explicit
+   ``ozaki_backend.matmul`` calls never come here: they always emulate.
+4. Operands with NaN or infinity are found by the engine, which declines them (they
+   take the native path, so the result is exactly NumPy's; ``route.py`` replaces the
+   decision).
 """
 
 from __future__ import annotations
@@ -144,10 +148,12 @@ def _plan_counts(k: int, mn: int, opts_key: tuple) -> tuple[int, int]:
     return p.n_gemms - (p.n_moduli - N) * p.k_split, N
 
 
-def decide(config, m: int, n: int, k: int, batch: int = 1, entry: str = "") -> Decision:
+def decide(config, m: int, n: int, k: int, batch: int = 1, entry: str = "",
+           cost=None) -> Decision:
     """The decision for ``batch`` products ``(m, k) @ (k, n)`` under ``config``.
 
     Does not look at the data (see the module docstring for the non-finite check).
+    ``cost`` is the :class:`CostModel` to consult (default: the process-wide one).
     """
     # Built positionally: a decision per product a scope hands to Python (the C hook
     # and the wrappers' callers pay for it).
@@ -174,9 +180,11 @@ def decide(config, m: int, n: int, k: int, batch: int = 1, entry: str = "") -> D
     numeric = tuple(sorted((o, v) for o, v in config.opts.items() if o != "workspace"))
     n_gemms, n_mod = _plan_counts(k, min(m * n, CERT_SMALL), numeric)
     model = cost_model()
+    if cost is not None:
+        model = cost
     t_host = model.host_seconds(m, n, k, batch)
     t_emu = model.emulated_seconds(m, n, k, batch, n_gemms, n_mod)
-    if t_emu < t_host:
+    if model.routes(t_host, t_emu):
         return _made(True, "cost model: emulated faster", eng, *where, t_host, t_emu)
     return _made(False, "cost model: host BLAS faster", None, *where, t_host, t_emu)
 

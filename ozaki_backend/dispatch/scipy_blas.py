@@ -109,14 +109,20 @@ def route_gemm(cfg, args, kwargs, name="dgemm"):
     if alpha == 0.0:
         return NOT_ROUTED  # BLAS does not read A, B then (NaN in them is ignored)
     use_c = c if (c is not None and beta != 0.0) else None
+    in_place = c is not None and bool(overwrite_c) and c.flags.f_contiguous
+    # The result is written once, by the engine, straight into its Fortran-ordered
+    # destination: c itself when SciPy computes in place and c is not read (beta == 0),
+    # else a new Fortran array (never a C result transposed on the host).
+    target = c if (in_place and use_c is None) else np.empty((m, n), dtype, order="F")
     res = routed(cfg, op_a, op_b, entry, alpha=alpha,
-                 beta=beta if use_c is not None else 0.0, c=use_c, fp_name=None)
+                 beta=beta if use_c is not None else 0.0, c=use_c, out=target,
+                 fp_name=None)
     if res is NOT_ROUTED:
         return NOT_ROUTED
-    if c is not None and overwrite_c and c.flags.f_contiguous:
+    if in_place and res is not c:
         c[...] = res  # SciPy computes in place and returns c itself
         return c
-    return np.asfortranarray(res)
+    return res
 
 
 def dgemm_wrapper(original, name="dgemm"):

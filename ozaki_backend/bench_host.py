@@ -1,0 +1,391 @@
+"""``python -m ozaki_backend bench --host``: NumPy operands in, NumPy result out, inside
+``enabled()``, for every entry point, next to plain NumPy on the host.
+
+Rows (each the median of ``--reps`` wall times after a warm-up, plain NumPy timed the
+same way outside any scope):
+
+* at ``n = --n`` (default 8192): ``A @ B``, ``np.dot(A, B)``,
+  ``scipy.linalg.blas.dgemm(1.0, A, B)`` with Fortran-ordered operands;
+* ``X.T @ X`` for X ``--gram`` (default 60000 x 4096, C order): exactly symmetric or
+  not, and its time against a general product of the same shape (``X.T @ Y``);
+* ``sklearn.linear_model.Ridge(solver="cholesky").fit(X, y)`` natively and inside
+  ``enabled()`` (skipped when scikit-learn is not installed);
+* the grid (``--grid``): for each shape, plain NumPy against the routed call with the
+  cost model deciding (``min_size="auto"``), their ratio and the decision; the target
+  is a ratio of at most 1.03 everywhere;
+* the host path's steps for ``A @ B`` at ``n`` (upload, engine, download, each
+  synchronised; and the engine's device phases) when the CUDA engine runs it;
+* the GPU memory high-water mark of each routed row (CuPy's memory pool, through a
+  tracking allocator) and the device's free memory (``cudaMemGetInfo``).
+
+With ``--engine cpu`` it runs on a machine without a GPU (the CPU engine is slow: use
+small ``--n``, ``--gram`` and ``--grid``), which is how its tests run.
+``--json FILE`` writes everything (schema ``ozaki_backend-bench-host/1``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shlex
+import statistics
+import sys
+import time
+
+import numpy as np
+
+SCHEMA = "ozaki_backend-bench-host/1"
+DEFAULT_GRID = ("256;512;1024;2048;4096;8192;16384;100000x64x100000;64x100000x64;"
+                "16384x256x16384")
+#: Largest ratio routed / plain NumPy the grid may show (issue 17).
+TARGET_RATIO = 1.03
+
+
+def _shape(text):
+    parts = [int(v) for v in text.lower().split("x")]
+    if len(parts) == 1:
+        parts *= 3
+    if len(parts) != 3 or min(parts) < 1:
+        raise argparse.ArgumentTypeError(f"shape must be N or MxKxN, got {text!r}")
+    return tuple(parts)
+
+
+def _parse(argv):
+    ap = argparse.ArgumentParser(prog="python -m ozaki_backend bench --host",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=8192, help="size of the entry-point rows")
+    ap.add_argument("--gram", default="60000x4096",
+                    help="X's shape ROWSxCOLS for X.T @ X and Ridge ('' skips both)")
+    ap.add_argument("--grid", default=DEFAULT_GRID,
+                    help="shapes N or MxKxN separated by ';' ('' skips the grid)")
+    ap.add_argument("--reps", type=int, default=5, help="timed runs per row (median)")
+    ap.add_argument("--grid-reps", type=int, default=3)
+    ap.add_argument("--engine", choices=("auto", "cpu", "cuda"), default="auto")
+    ap.add_argument("--no-ridge", action="store_true", help="skip scikit-learn's Ridge")
+    ap.add_argument("--no-scipy", action="store_true", help="skip SciPy's dgemm")
+    ap.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    args = ap.parse_args(argv)
+    args.grid_shapes = [_shape(s) for s in args.grid.split(";") if s.strip()]
+    args.gram_shape = tuple(int(v) for v in args.gram.lower().split("x")) if args.gram else None
+    return args
+
+
+# ----------------------------------------------------------------------------- timing
+
+def median_time(fn, reps, *, keep=True, slow_s=2.0):
+    """``(median seconds, result of the last call or None)`` of ``reps`` calls of
+    ``fn`` after a warm-up call.
+
+    The warm-up call is kept as a sample when it took over ``slow_s`` (large native
+    products: a second identical run adds nothing but time). Each result is dropped
+    before the next call (results of the grid's outer product take 80 GB)."""
+    times = []
+    t0 = time.perf_counter()
+    res = fn()
+    first = time.perf_counter() - t0
+    if first > slow_s:
+        times.append(first)
+    while len(times) < max(1, reps):
+        res = None
+        t0 = time.perf_counter()
+        res = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), (res if keep else None)
+
+
+class DeviceMemory:
+    """High-water mark of CuPy's default memory pool while active (a tracking
+    allocator in front of the pool), and ``cudaMemGetInfo``; inert without CuPy."""
+
+    def __init__(self):
+        self.cupy = sys.modules.get("cupy")
+        self.peak = None
+
+    def __enter__(self):
+        cp = self.cupy
+        if cp is None:
+            return self
+        pool = cp.get_default_memory_pool()
+        pool.free_all_blocks()
+        self.base = pool.used_bytes()
+        self.peak = self.base
+
+        def alloc(size):
+            mem = pool.malloc(size)
+            used = pool.used_bytes()
+            if used > self.peak:
+                self.peak = used
+            return mem
+
+        cp.cuda.set_allocator(alloc)
+        return self
+
+    def __exit__(self, *exc):
+        if self.cupy is not None:
+            self.cupy.cuda.set_allocator(self.cupy.get_default_memory_pool().malloc)
+        return False
+
+    def report(self):
+        """``{"pool_peak_bytes", "pool_base_bytes", "device_free_bytes",
+        "device_total_bytes"}`` or None without CuPy."""
+        cp = self.cupy
+        if cp is None or self.peak is None:
+            return None
+        free, total = cp.cuda.runtime.memGetInfo()
+        return {"pool_peak_bytes": int(self.peak), "pool_base_bytes": int(self.base),
+                "device_free_bytes": int(free), "device_total_bytes": int(total)}
+
+
+def _counts():
+    import ozaki_backend as ob
+
+    s = ob.stats()
+    return s["routed"], s["fallback"]
+
+
+def _rel_diff(x, ref):
+    scale = float(np.max(np.abs(ref))) or 1.0
+    return float(np.max(np.abs(x - ref))) / scale
+
+
+def timed_pair(name, call, reps, scope, *, check=True):
+    """One row: ``call()`` natively and inside ``scope`` (a fresh ``enabled()``)."""
+    import ozaki_backend as ob
+
+    t_nat, ref = median_time(call, reps, keep=check)
+    routed0, fallback0 = _counts()
+    with DeviceMemory() as mem:
+        with scope():
+            t_rt, res = median_time(call, reps, keep=check)
+    routed1, fallback1 = _counts()
+    row = {"name": name, "native_s": t_nat, "routed_s": t_rt, "ratio": t_rt / t_nat,
+           "routed": routed1 > routed0, "fallbacks": fallback1 - fallback0,
+           "memory": mem.report()}
+    if check and isinstance(res, np.ndarray):
+        row["max_rel_diff_vs_numpy"] = _rel_diff(res, ref)
+        row["result_order"] = "C" if res.flags.c_contiguous else (
+            "F" if res.flags.f_contiguous else "other")
+    del ref, res
+    ob.reset_stats()
+    return row
+
+
+# ----------------------------------------------------------------------------- rows
+
+def entry_rows(args, scope, log):
+    """``A @ B``, ``np.dot``, SciPy's ``dgemm`` (Fortran operands) at ``n``."""
+    n = args.n
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((n, n))
+    B = rng.standard_normal((n, n))
+    rows = [timed_pair("A @ B", lambda: A @ B, args.reps, scope),
+            timed_pair("np.dot(A, B)", lambda: np.dot(A, B), args.reps, scope)]
+    if not args.no_scipy:
+        try:
+            from scipy.linalg import blas
+        except ImportError:
+            log("scipy not installed: dgemm row skipped")
+        else:
+            Af, Bf = np.asfortranarray(A), np.asfortranarray(B)
+            del A, B
+            rows.append(timed_pair("dgemm(1.0, A, B) Fortran", lambda: blas.dgemm(1.0, Af, Bf),
+                                   args.reps, scope))
+    for r in rows:
+        r["shape"] = [n, n, n]
+        log(_row_line(r))
+    return rows
+
+
+def gram_rows(args, scope, log):
+    """``X.T @ X`` (symmetry, time against ``X.T @ Y`` of the same shape) and Ridge."""
+    rows, k = args.gram_shape
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((rows, k))
+    Y = rng.standard_normal((rows, k))
+    gram = timed_pair("X.T @ X", lambda: X.T @ X, args.reps, scope)
+    with scope():
+        G = X.T @ X
+    gram["exactly_symmetric"] = bool(np.array_equal(G, G.T))
+    gram["native_exactly_symmetric"] = bool(np.array_equal(X.T @ X, (X.T @ X).T))
+    del G
+    general = timed_pair("X.T @ Y", lambda: X.T @ Y, args.reps, scope)
+    gram["general_routed_s"] = general["routed_s"]
+    gram["vs_general"] = gram["routed_s"] / general["routed_s"]
+    out = [gram, general]
+    for r in out:
+        r["shape"] = [k, rows, k]
+    if not args.no_ridge:
+        try:
+            from sklearn.linear_model import Ridge
+        except ImportError:
+            log("scikit-learn not installed: Ridge row skipped")
+        else:
+            y = rng.standard_normal(rows)
+            r = timed_pair("Ridge(cholesky).fit", lambda: Ridge(solver="cholesky").fit(X, y),
+                           args.reps, scope, check=False)
+            r["shape"] = [rows, k]
+            r["speedup"] = r["native_s"] / r["routed_s"]
+            out.append(r)
+    for r in out:
+        log(_row_line(r))
+    return out
+
+
+def grid_rows(args, scope, log):
+    """Plain NumPy against the routed call (the cost model deciding) per shape."""
+    from .dispatch import routing
+
+    out = []
+    for (m, k, n) in args.grid_shapes:
+        rng = np.random.default_rng(m + k + n)
+        a = rng.standard_normal((m, k))
+        b = rng.standard_normal((k, n))
+        r = timed_pair(f"{m}x{k}x{n}", lambda: a @ b, args.grid_reps, scope, check=False)
+        d = routing.decide(_scope_config(scope), m, n, k, entry="@/np.matmul")
+        r.update(shape=[m, k, n], decision=str(d), est_host_s=d.est_host_s,
+                 est_emulated_s=d.est_emulated_s, ok=r["ratio"] <= TARGET_RATIO)
+        a = b = None
+        log(_row_line(r) + f" | {'ok' if r['ok'] else 'SLOWER'}: {d.reason}")
+        out.append(r)
+    return out
+
+
+def _scope_config(scope):
+    from .dispatch import config
+
+    with scope():
+        return config.current().config
+
+
+def phase_breakdown(args, log):
+    """Upload / engine / download of ``A @ B`` at ``n`` through the CUDA engine (each
+    step synchronised), the engine's device phases, and the memory high-water mark."""
+    from .cuda import engine, pipeline
+    from .plan import Plan
+
+    n = args.n
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((n, n))
+    B = rng.standard_normal((n, n))
+    plan = Plan(n, n, n)
+    engine.matmul_numpy(A, B, plan)  # warm-up: kernels, staging buffers
+    runs = []
+    with DeviceMemory() as mem:
+        for _ in range(max(1, args.reps)):
+            steps = {}
+            t0 = time.perf_counter()
+            engine.matmul_numpy(A, B, plan, steps=steps, check_finite=True)
+            steps["total"] = time.perf_counter() - t0
+            runs.append(steps)
+        ph = pipeline.Phases()
+        engine.matmul_numpy(A, B, plan, phases=ph, check_finite=True)
+        phases = ph.totals()
+    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    # The engine alone as a routed call runs it (overlapped, nothing synchronised in
+    # between): the entry rows minus this is the dispatch layer's and the API's share.
+    t_engine, _ = median_time(lambda: engine.matmul_numpy(A, B, plan, check_finite=True),
+                              args.reps, keep=False)
+    nbytes = 3 * 8 * n * n
+    res = {"shape": [n, n, n], "steps_s": med, "device_phases_s": phases,
+           "engine_overlapped_s": t_engine,
+           "h2d_gbps": 2 * 8 * n * n / med["upload"] / 1e9,
+           "d2h_gbps": 8 * n * n / med["download"] / 1e9,
+           "transfer_bytes": nbytes, "memory": mem.report()}
+    log(f"host path A @ B n={n} (steps synchronised): upload {med['upload'] * 1e3:.1f} ms "
+        f"({res['h2d_gbps']:.1f} GB/s), engine {med['engine'] * 1e3:.1f} ms, download "
+        f"{med['download'] * 1e3:.1f} ms ({res['d2h_gbps']:.1f} GB/s), total "
+        f"{med['total'] * 1e3:.1f} ms; overlapped engine call {t_engine * 1e3:.1f} ms; "
+        "device phases " + ", ".join(
+            f"{k} {v * 1e3:.1f}" for k, v in phases.items()) + " ms")
+    return res
+
+
+def _row_line(r):
+    extra = ""
+    if "exactly_symmetric" in r:
+        extra = (f" | symmetric {r['exactly_symmetric']} (NumPy "
+                 f"{r['native_exactly_symmetric']}), x{r['vs_general']:.2f} of X.T @ Y")
+    if "speedup" in r:
+        extra = f" | speed-up x{r['speedup']:.2f}"
+    mem = r.get("memory") or {}
+    if mem:
+        extra += f" | GPU pool peak {mem['pool_peak_bytes'] / 2**30:.2f} GiB"
+    if r.get("fallbacks"):
+        extra += f" | {r['fallbacks']} FALLBACKS (see the log)"
+    return (f"{r['name']:>28s}: routed {r['routed_s'] * 1e3:9.1f} ms  NumPy "
+            f"{r['native_s'] * 1e3:9.1f} ms  ratio {r['ratio']:6.3f}  "
+            f"{'routed' if r['routed'] else 'native'}{extra}")
+
+
+# ----------------------------------------------------------------------------- main
+
+def run(args, log=print) -> dict:
+    """All rows for parsed ``args``; returns the report (the JSON document's body)."""
+    import ozaki_backend as ob
+
+    def scope():
+        return ob.enabled(engine=args.engine)
+
+    from . import registry
+
+    ob.dispatch.install()
+    eng, why = registry.resolve_name(args.engine)
+    report = {"schema": SCHEMA,
+              "date": datetime.datetime.now(datetime.timezone.utc).strftime(
+                  "%Y-%m-%dT%H:%M:%SZ"),
+              "engine": eng, "engine_why": why, "n": args.n, "reps": args.reps,
+              "target_ratio": TARGET_RATIO}
+    from .dispatch import costmodel
+
+    report["cost_model"] = repr(costmodel.cost_model())
+    log(f"engine {eng} ({why}); {report['cost_model']}")
+    report["entries"] = entry_rows(args, scope, log) if args.n else []
+    report["phases"] = phase_breakdown(args, log) if (eng == "cuda" and args.n) else None
+    report["gram"] = gram_rows(args, scope, log) if args.gram_shape else []
+    report["grid"] = grid_rows(args, scope, log) if args.grid_shapes else []
+    report["grid_ok"] = all(r["ok"] for r in report["grid"])
+    return report
+
+
+def table(report) -> str:
+    """The printed summary: every row with plain NumPy next to it."""
+    lines = [f"ozaki_backend bench --host  {report['date']}  engine {report['engine']}",
+             f"{'':>28s}  {'routed':>12s}  {'NumPy':>12s}  ratio"]
+    for r in report["entries"] + report["gram"] + report["grid"]:
+        lines.append(_row_line(r))
+    ph = report.get("phases")
+    if ph:
+        s = ph["steps_s"]
+        lines.append(f"host path n={ph['shape'][0]}: upload {s['upload'] * 1e3:.1f} / engine "
+                     f"{s['engine'] * 1e3:.1f} / download {s['download'] * 1e3:.1f} ms "
+                     f"synchronised; the engine call overlapped "
+                     f"{ph['engine_overlapped_s'] * 1e3:.1f} ms (transfer floor "
+                     f"{ph['transfer_bytes'] / 55e9 * 1e3:.0f} ms at 55 GB/s)")
+    if report["grid"]:
+        lines.append(f"grid: {'every' if report['grid_ok'] else 'NOT every'} routed call "
+                     f"within {report['target_ratio']:.2f}x of plain NumPy")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parse(argv)
+    report = run(args, log=lambda s: print(s, flush=True))
+    report["command"] = "python -m ozaki_backend bench --host " + shlex.join(argv)
+    print()
+    print(table(report))
+    if args.json:
+        from . import provenance
+
+        report["machine"] = (provenance.gpu_machine() if report["engine"] == "cuda"
+                             else provenance.cpu_machine())
+        report["commit"] = provenance.commit()
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+            f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

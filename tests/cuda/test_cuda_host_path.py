@@ -1,0 +1,171 @@
+"""The host path on the CUDA engine (issue 17, item 1): NumPy operands in every layout,
+through every entry point, bitwise equal to the CPU engine; results written straight
+into C- and Fortran-ordered destinations; NaN/Inf found on the device give NumPy's own
+answer; the per-step timing of the benchmark.
+
+Marked ``gpu``: skipped where CuPy or a CUDA device is missing.
+"""
+
+import numpy as np
+import pytest
+from bits import assert_same_bits
+
+import ozaki_backend as ob
+from ozaki_backend.plan import Plan
+
+cupy = pytest.importorskip("cupy")
+pytestmark = [pytest.mark.gpu, pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")]
+
+GPU = dict(engine="cuda", min_size=0)
+M_, K_, N_ = 300, 257, 190
+
+
+@pytest.fixture(autouse=True)
+def clean_state(clean_dispatch):
+    ob.dispatch.install()
+
+
+def operands(seed=0):
+    rng = np.random.default_rng(seed)
+    a = (rng.random((M_, K_)) - 0.5) * np.exp(rng.standard_normal((M_, K_)))
+    b = (rng.random((K_, N_)) - 0.5) * np.exp(rng.standard_normal((K_, N_)))
+    return a, b
+
+
+def cpu(a, b):
+    return ob.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b), engine="cpu")
+
+
+def layouts(x):
+    wide = np.zeros((x.shape[0], 2 * x.shape[1]))
+    wide[:, ::2] = x
+    padded = np.zeros((x.shape[0] + 5, x.shape[1] + 7))
+    padded[:x.shape[0], :x.shape[1]] = x
+    padded_t = np.zeros((x.shape[1] + 7, x.shape[0] + 5))
+    padded_t[:x.shape[1], :x.shape[0]] = x.T
+    return {"C": np.ascontiguousarray(x), "F": np.asfortranarray(x),
+            "T": np.ascontiguousarray(x.T).T, "strided": wide[:, ::2],
+            # contiguous rows (columns) spaced apart: packed straight into pinned chunks
+            "rows": padded[:x.shape[0], :x.shape[1]],
+            "cols": padded_t[:x.shape[1], :x.shape[0]].T}
+
+
+@pytest.mark.parametrize("la", ["C", "F", "T", "strided", "rows", "cols"])
+@pytest.mark.parametrize("lb", ["C", "F", "strided", "rows", "cols"])
+@pytest.mark.parametrize("entry", ["@", "np.dot", "einsum"])
+def test_layouts_match_the_cpu_engine(entry, la, lb):
+    a0, b0 = operands(1)
+    a, b = layouts(a0)[la], layouts(b0)[lb]
+    call = {"@": lambda: a @ b, "np.dot": lambda: np.dot(a, b),
+            "einsum": lambda: np.einsum("ij,jk->ik", a, b)}[entry]
+    with ob.enabled(**GPU):
+        got = call()
+    assert ob.stats()["reasons"]["routed"] == {"engine=cuda": 1}
+    assert_same_bits(got, cpu(a0, b0))
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_out_in_either_order_matches_the_cpu_engine(order):
+    a, b = operands(2)
+    out = np.full((M_, N_), np.nan, order=order)
+    with ob.enabled(**GPU):
+        assert np.matmul(a, b, out=out) is out
+    assert_same_bits(out, cpu(a, b))
+
+
+@pytest.mark.parametrize("trans_a", [0, 1])
+@pytest.mark.parametrize("trans_b", [0, 2])
+def test_scipy_dgemm_fortran_operands_match_the_cpu_engine(trans_a, trans_b):
+    blas = pytest.importorskip("scipy.linalg.blas")
+    a0, b0 = operands(3)
+    a = np.asfortranarray(a0.T if trans_a else a0)
+    b = np.asfortranarray(b0.T if trans_b else b0)
+    with ob.enabled(**GPU):
+        got = blas.dgemm(1.0, a, b, trans_a=trans_a, trans_b=trans_b)
+    assert got.flags.f_contiguous
+    assert ob.stats()["routed"] == 1
+    assert_same_bits(got, cpu(a0, b0))
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_non_finite_found_on_the_device_gives_numpys_answer(value):
+    a, b = operands(4)
+    a[17, 5] = value
+    with np.errstate(all="ignore"):
+        want = a @ b
+        with ob.enabled(**GPU):
+            got = a @ b
+    assert_same_bits(got, want)
+    assert ob.stats()["reasons"]["native"] == {"non-finite operand": 1}
+
+
+def test_matmul_numpy_fortran_out_and_steps():
+    from ozaki_backend.cuda import engine
+
+    a, b = operands(5)
+    plan = Plan(M_, N_, K_)
+    out = np.full((M_, N_), np.nan, order="F")
+    steps = {}
+    assert engine.matmul_numpy(a, b, plan, out=out, steps=steps) is out
+    assert_same_bits(out, cpu(a, b))
+    assert set(steps) == {"upload", "engine", "download"}
+    assert all(v > 0 for v in steps.values())
+    with pytest.raises(ValueError):
+        engine.matmul_numpy(a, b, plan, out=np.empty((M_, 2 * N_))[:, ::2])
+
+
+def test_staging_buffers_are_kept_across_calls():
+    from ozaki_backend.cuda import staging
+
+    a, b = operands(6)
+    with ob.enabled(**GPU):
+        a @ b
+    st = staging._get_staging()
+    made = st._made
+    with ob.enabled(**GPU):
+        a @ b
+    assert st._made == made and made >= 1
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("scheme_moduli", [None, 8])
+def test_tiles_download_while_the_rest_computes(monkeypatch, order, scheme_moduli):
+    """Small thresholds force the overlapped download (row blocks for a C result,
+    column blocks for a Fortran one): the bits are the CPU engine's, every tile came
+    down through the overlap, and the whole result is written."""
+    from ozaki_backend.cuda import engine, staging
+
+    monkeypatch.setattr(engine, "OVERLAP_BYTES", 0)
+    monkeypatch.setattr(engine, "OVERLAP_MIN_SIDE", 1)
+    seen = []
+    real = staging.TileDownloads.tile_done
+    monkeypatch.setattr(staging.TileDownloads, "tile_done",
+                        lambda self, *t: seen.append(t) or real(self, *t))
+    a, b = operands(7)
+    plan = Plan(M_, N_, K_) if scheme_moduli is None else Plan(M_, N_, K_, moduli=8)
+    out = np.full((M_, N_), np.nan, order=order)
+    assert engine.matmul_numpy(a, b, plan, out=out, check_finite=True) is out
+    assert len(seen) >= 2       # 64-aligned blocks: 3 of rows (C) or columns (F) here
+    want = ob.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b), engine="cpu",
+                     **({} if scheme_moduli is None else {"moduli": 8}))
+    assert_same_bits(out, want)
+
+
+@pytest.mark.parametrize("la", ["C", "F", "T", "rows", "cols"])
+def test_upload_makes_no_host_copy(monkeypatch, la):
+    """C- and F-ordered operands and views with contiguous rows (columns) go into the
+    pinned chunks as they lie: no host-side packing or transposing copy."""
+    from ozaki_backend.cuda import engine
+
+    a0, b0 = operands(8)
+    a, b = layouts(a0)[la], layouts(b0)[la]
+    copies = []
+    for name in ("ascontiguousarray", "asfortranarray", "copy"):
+        real = getattr(np, name)
+        monkeypatch.setattr(np, name, lambda x, *args, _r=real, **kw:
+                            copies.append(np.shape(x)) or _r(x, *args, **kw))
+    got = engine.matmul_numpy(a, b, Plan(M_, N_, K_), check_finite=True)
+    monkeypatch.undo()
+    assert (M_, K_) not in copies and (K_, N_) not in copies
+    assert (K_, M_) not in copies and (N_, K_) not in copies
+    assert_same_bits(got, cpu(a0, b0))
