@@ -170,7 +170,8 @@ def measure_host_rates(shapes=HOST_SHAPES, *, repeats=3, log=print) -> dict:
             "command": "python -m ozaki_backend tune", "dgemm": rows}
 
 
-def measure_device_rates(*, transfer_mib=256, gemm_n=8192, repeats=5, log=print) -> dict:
+def measure_device_rates(*, transfer_mib=256, gemm_n=8192, repeats=5,
+                         calibration_sizes=(1024, 2048, 4096), log=print) -> dict:
     """The GPU side of the cost model, measured on the current device.
 
     * ``h2d_gbps``/``d2h_gbps``: a ``transfer_mib`` MiB float64 array through the
@@ -178,7 +179,11 @@ def measure_device_rates(*, transfer_mib=256, gemm_n=8192, repeats=5, log=print)
       buffers kept across calls, filled by several threads), best of ``repeats``;
     * ``int8_tops``: one cuBLAS INT8 GEMM of ``gemm_n`` cubed (one modulus' product);
     * ``device_gbps``: a device-to-device copy (bytes read + written);
-    * ``overhead_s``: a whole 128-cubed product with NumPy operands (the fixed cost);
+    * ``overhead_s``: the fixed cost of a routed call: the largest gap, over whole
+      NumPy-operand products of ``calibration_sizes`` cubed (and 128 cubed), between
+      the measured time and what the other rates predict (transfers, INT8 GEMMs,
+      memory passes): staging, the certificate, launches and synchronisation that the
+      rates do not see. The largest gap keeps the model on the native side;
     * ``pageable_gbps``: a plain ``.get()`` into a fresh array (out-of-core result
       tiles); ``device_mem_gb``: the device's memory.
 
@@ -231,17 +236,47 @@ def measure_device_rates(*, transfer_mib=256, gemm_n=8192, repeats=5, log=print)
                                repeats)
     small_dev = cupy.asarray(host[: n_el // 4])   # a plain copy: out-of-core result tiles
     t_pageable = min(_wall(lambda: small_dev.get()) for _ in range(repeats))
+    small_dev_nbytes = small_dev.nbytes
+    small_dev = None
     _, total = cupy.cuda.runtime.memGetInfo()
     nbytes = host.nbytes
     rec = {"h2d_gbps": nbytes / t_up / 1e9, "d2h_gbps": nbytes / t_down / 1e9,
-           "pageable_gbps": small_dev.nbytes / t_pageable / 1e9, "device_mem_gb": total / 1e9,
+           "pageable_gbps": small_dev_nbytes / t_pageable / 1e9, "device_mem_gb": total / 1e9,
            "int8_tops": 2.0 * g ** 3 / t_gemm / 1e12,
            "device_gbps": 2.0 * nbytes / t_copy / 1e9, "overhead_s": t_small,
            "measured": time.strftime("%Y-%m-%d"), "command": "python -m ozaki_backend tune"}
+    rec["overhead_s"] = max(t_small, _fixed_cost_gap(rec, calibration_sizes, repeats, log))
     log("device rates: " + ", ".join(f"{k} {v:.4g}" for k, v in rec.items()
                                      if isinstance(v, float)))
     cupy.get_default_memory_pool().free_all_blocks()
     return rec
+
+
+def _fixed_cost_gap(rec, sizes, repeats, log) -> float:
+    """The largest ``measured - predicted`` over whole NumPy-operand products of
+    ``sizes`` cubed, the prediction being the cost model's with the rates in ``rec``
+    and no fixed cost (0 when ``sizes`` is empty)."""
+    from .cuda import engine
+    from .dispatch import costmodel, routing
+    from .plan import Plan
+    from .provenance import median_wall_time
+    from .spec.rules import CERT_SMALL
+
+    model = costmodel.CostModel(host_gflops=1.0, rates={"device": dict(rec, overhead_s=0.0)})
+    rng = np.random.default_rng(3)
+    gap = 0.0
+    for n in sizes:
+        a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))
+        plan = Plan(n, n, n)
+        engine.matmul_numpy(a, b, plan)                       # warm-up (compiles, staging)
+        t = median_wall_time(lambda: engine.matmul_numpy(a, b, plan), repeats)
+        n_gemms, n_mod = routing._plan_counts(n, min(n * n, CERT_SMALL),
+                                              (("precision", "fp64"),))
+        pred = model.emulated_seconds(n, n, n, 1, n_gemms, n_mod)
+        log(f"routed {n}^3 with NumPy operands: {t * 1e3:.2f} ms; rates predict "
+            f"{pred * 1e3:.2f} ms without a fixed cost")
+        gap = max(gap, t - pred)
+    return gap
 
 
 def _wall(fn):

@@ -79,6 +79,11 @@ EXTRA_VARS = {
     "OZAKI_BACKEND_CUDA_BK": "CUDA engine: k tile of the fused kernel",
     "OZAKI_BACKEND_CUDA_CLUSTER": "CUDA engine: cluster size of the fused kernel",
     "OZAKI_BACKEND_PHASE22_ROWS": "CUDA engine: row block of the phase22 scheme",
+    "OZAKI_BACKEND_CUDA_MODPROD": "CUDA engine: the fused product kernel's variant",
+    "OZAKI_BACKEND_CUDA_OUT_OF_CORE": "CUDA engine: 1 forces the out-of-core path for "
+                                      "NumPy operands",
+    "OZAKI_BACKEND_RATES": "the cost model's rate table to read (and tune to write) "
+                           "instead of the package's",
 }
 
 
