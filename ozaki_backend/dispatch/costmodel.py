@@ -45,9 +45,11 @@ RATES_ENV = "OZAKI_BACKEND_RATES"
 #: The GPU-side parameters used before ``python -m ozaki_backend tune`` has measured this
 #: machine: deliberately on the slow side (the H200 host moves 55 GB/s pinned; the
 #: staged NumPy path reaches less), so that an unmeasured machine keeps borderline
-#: products native rather than routing them at a loss.
+#: products native rather than routing them at a loss. The fixed cost is the one ``tune``
+#: calibrated on the H200 (12.8 ms: staging, certificate, launches and synchronisation
+#: of a whole NumPy-operand product beyond its transfers and GEMMs), rounded up.
 DEFAULTS = {"h2d_gbps": 10.0, "d2h_gbps": 10.0, "int8_tops": 800.0,
-            "device_gbps": 3000.0, "overhead_s": 3e-3, "device_mem_gb": 80.0,
+            "device_gbps": 3000.0, "overhead_s": 15e-3, "device_mem_gb": 80.0,
             "pageable_gbps": 2.4}
 
 #: A product whose operands and result (float64) plus the workspace (at most this
