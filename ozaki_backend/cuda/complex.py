@@ -229,21 +229,8 @@ def residual_pass(parts, st, mode, n_moduli, C1):
     Art, Ait = _truncated(Ar, s, 0), _truncated(Ai, s, 0)
     Brt, Bit = _truncated(Br, tn, 1), _truncated(Bi, tn, 1)
     d = complex_stats.cert_data(st)
-    run1, T1 = _residual_term(Ar - Art, Ai - Ait, Br, Bi, mode)
-    run2, T2 = _residual_term(Art, Ait, Br - Brt, Bi - Bit, mode)
-    tot = spec.up(T1 + T2)
-    if not bool(spec.meets_target(d, tot, tot, C1).all()):
-        return None
-    R1 = run1()
-    R2 = run2()
-    S = C1 + R1
-    C = S + R2
-    for part in (C1, R1, R2, S):
-        tot = spec.up(tot + spec.rounding_bound(part))
-    bound = spec.up(tot + spec.rounding_bound(C))
-    if not bool(spec.meets_target(d, tot, bound, C).all()):
-        return None
-    return C, bound
+    return spec.add_residuals(d, C1, *_residual_term(Ar - Art, Ai - Ait, Br, Bi, mode),
+                              *_residual_term(Art, Ait, Br - Brt, Bi - Bit, mode))
 
 
 def product_2d(A, B, plan, *, want_bound=False):

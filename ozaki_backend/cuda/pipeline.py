@@ -395,21 +395,8 @@ def residual_pass(prep: Prepared, n_moduli, d, C1):
     B = cupy.ldexp(prep.Bt.T, S[:, None])
     At = cupy.ldexp(scaling.truncate(A, s), -s[:, None].astype(np.int32))
     Bt = cupy.ldexp(scaling.truncate(B.T, t).T, -t[None, :].astype(np.int32))
-    run1, T1 = _fixed_product(A - At, B, MAX_MODULI, prep.mode)
-    run2, T2 = _fixed_product(At, B - Bt, MAX_MODULI, prep.mode)
-    tot = spec.up(T1 + T2)
-    if not bool(spec.meets_target(d, tot, tot, C1).all()):
-        return None
-    R1 = run1()
-    R2 = run2()
-    Sm = C1 + R1
-    C = Sm + R2
-    for part in (C1, R1, R2, Sm):
-        tot = spec.up(tot + spec.rounding_bound(part))
-    bound = spec.up(tot + spec.rounding_bound(C))
-    if not bool(spec.meets_target(d, tot, bound, C).all()):
-        return None
-    return C, bound
+    return spec.add_residuals(d, C1, *_fixed_product(A - At, B, MAX_MODULI, prep.mode),
+                              *_fixed_product(At, B - Bt, MAX_MODULI, prep.mode))
 
 
 def product_into(A, B, plan, out, *, alpha=1.0, beta=0.0, C0=None, phases=None,

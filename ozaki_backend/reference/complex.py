@@ -231,24 +231,10 @@ def residual_pass(parts, st, mode, n_moduli, C1):
     tn = t[:n]
     Art, Ait = (np.ldexp(scaling.truncate(X, s), -s[:, None]) for X in (Ar, Ai))
     Brt, Bit = (np.ldexp(scaling.truncate(X.T, tn).T, -tn[None, :]) for X in (Br, Bi))
-    d = certificate.data(st)
-    run1, T1 = _residual_term(Ar - Art, Ai - Ait, Br, Bi, mode)
-    run2, T2 = _residual_term(Art, Ait, Br - Brt, Bi - Bit, mode)
-    with np.errstate(over="ignore"):
-        tot = spec.up(T1 + T2)
-    if not spec.meets_target(d, tot, tot, C1).all():
-        return None
-    R1 = run1()
-    R2 = run2()
-    S = C1 + R1
-    C = S + R2
-    with np.errstate(over="ignore"):
-        for part in (C1, R1, R2, S):
-            tot = spec.up(tot + spec.rounding_bound(part))
-        bound = spec.up(tot + spec.rounding_bound(C))
-    if not spec.meets_target(d, tot, bound, C).all():
-        return None
-    return C, bound
+    return spec.add_residuals(
+        certificate.data(st), C1,
+        *_residual_term(Ar - Art, Ai - Ait, Br, Bi, mode),
+        *_residual_term(Art, Ait, Br - Brt, Bi - Bit, mode))
 
 
 def _complex_2d(A0, B0, plan, want_bound):

@@ -37,32 +37,21 @@ class CpuEngine(Engine):
                 bound3=None) -> int:
         if not (np.isfinite(a3).all() and np.isfinite(b3).all()):
             return DECLINED
-        if out3.dtype.kind == "c":
-            return self._complex_product(a3, b3, plan, out3, alpha, beta, c3, bound3)
+        is_complex = out3.dtype.kind == "c"     # complex stacks: docs/spec.md §11
         for idx in np.ndindex(*a3.shape[:-2]):
-            A = np.asarray(a3[idx], dtype=np.float64)
-            B = np.asarray(b3[idx], dtype=np.float64)
-            if plan.scheme == "phase22":
+            if is_complex:
+                A, B = np.asarray(a3[idx]), np.asarray(b3[idx])
+            else:
+                A = np.asarray(a3[idx], dtype=np.float64)
+                B = np.asarray(b3[idx], dtype=np.float64)
+            if plan.scheme == "phase22" and not is_complex:
                 C = phase22.matmul_2d(A, B, plan)
             else:
-                res = pipeline.ozaki2_2d(A, B, plan, want_bound=bound3 is not None)
+                run = complex_.complex_2d if is_complex else pipeline.ozaki2_2d
+                res = run(A, B, plan, want_bound=bound3 is not None)
                 C = res.C
                 if bound3 is not None:
                     bound3[idx] = res.bound
-            if alpha != 1.0 or beta != 0.0:
-                C = apply_alpha_beta(C, alpha, beta, None if c3 is None else c3[idx])
-            out3[idx] = C
-        return OVERFLOW if np.isinf(out3).any() else DONE
-
-    def _complex_product(self, a3, b3, plan, out3, alpha, beta, c3, bound3):
-        """Complex stacks (``docs/spec.md`` §11): complex128 / float64 operands,
-        complex128 ``out3``."""
-        for idx in np.ndindex(*a3.shape[:-2]):
-            res = complex_.complex_2d(np.asarray(a3[idx]), np.asarray(b3[idx]), plan,
-                                      want_bound=bound3 is not None)
-            C = res.C
-            if bound3 is not None:
-                bound3[idx] = res.bound
             if alpha != 1.0 or beta != 0.0:
                 C = apply_alpha_beta(C, alpha, beta, None if c3 is None else c3[idx])
             out3[idx] = C

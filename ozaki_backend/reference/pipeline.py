@@ -106,24 +106,9 @@ def residual_pass(A, B, st, mode, n_moduli, C1):
     s, t = scaling.shifts(st, n_moduli, mode)
     At = np.ldexp(scaling.truncate(A, s), -s[:, None])
     Bt = np.ldexp(scaling.truncate(B.T, t).T, -t[None, :])
-    d = certificate.data(st)
-    run1, T1 = _residual_term(A - At, B, mode)
-    run2, T2 = _residual_term(At, B - Bt, mode)
-    with np.errstate(over="ignore"):
-        tot = spec.up(T1 + T2)
-    if not spec.meets_target(d, tot, tot, C1).all():
-        return None
-    R1 = run1()
-    R2 = run2()
-    S = C1 + R1
-    C = S + R2
-    with np.errstate(over="ignore"):
-        for part in (C1, R1, R2, S):
-            tot = spec.up(tot + spec.rounding_bound(part))
-        bound = spec.up(tot + spec.rounding_bound(C))
-    if not spec.meets_target(d, tot, bound, C).all():
-        return None
-    return C, bound
+    return spec.add_residuals(certificate.data(st), C1,
+                              *_residual_term(A - At, B, mode),
+                              *_residual_term(At, B - Bt, mode))
 
 
 def _escalate(A0, B0, A, B, plan, st, res, want_bound):

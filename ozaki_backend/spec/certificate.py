@@ -215,6 +215,30 @@ def meets_target(d: CertData, method, bound, C):
     return (method == 0) | (method <= goal)
 
 
+def add_residuals(d: CertData, C1, run1, T1, run2, T2):
+    """The residual pass's sum ``C = (C1 + R1) + R2`` with its bound, or None when the
+    target is missed (``docs/spec.md`` §10); for both engines and both element types.
+
+    ``run1``/``run2`` compute the remainder products ``R1``/``R2`` (their truncation
+    bounds are ``T1``/``T2``); they run only when ``T1 + T2`` passes the target with
+    ``|C1|`` standing in for ``|C|``. The bound adds every rounding of the two sums.
+    """
+    with np.errstate(over="ignore"):     # an infinite bound simply fails the target
+        tot = up(T1 + T2)
+        if not bool(meets_target(d, tot, tot, C1).all()):
+            return None
+        R1 = run1()
+        R2 = run2()
+        S = C1 + R1
+        C = S + R2
+        for part in (C1, R1, R2, S):
+            tot = up(tot + rounding_bound(part))
+        bound = up(tot + rounding_bound(C))
+    if not bool(meets_target(d, tot, bound, C).all()):
+        return None
+    return C, bound
+
+
 def upper_product(d: CertData):
     """``2^{E_i+F_j-14} U_ij`` (spec §2.3), an upper bound of ``(|A||B|)_ij``, rounded up;
     ``U_ij = P_ij + SA_i + SB_j + min(nA_i, nB_j)`` (exact integers below 2^53)."""

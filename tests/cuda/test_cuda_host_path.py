@@ -12,6 +12,7 @@ from bits import assert_same_bits
 
 import ozaki_backend as ob
 from ozaki_backend.plan import Plan
+from layouts import layouts
 
 cupy = pytest.importorskip("cupy")
 pytestmark = [pytest.mark.gpu, pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")]
@@ -34,20 +35,6 @@ def operands(seed=0):
 
 def cpu(a, b):
     return ob.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b), engine="cpu")
-
-
-def layouts(x):
-    wide = np.zeros((x.shape[0], 2 * x.shape[1]))
-    wide[:, ::2] = x
-    padded = np.zeros((x.shape[0] + 5, x.shape[1] + 7))
-    padded[:x.shape[0], :x.shape[1]] = x
-    padded_t = np.zeros((x.shape[1] + 7, x.shape[0] + 5))
-    padded_t[:x.shape[1], :x.shape[0]] = x.T
-    return {"C": np.ascontiguousarray(x), "F": np.asfortranarray(x),
-            "T": np.ascontiguousarray(x.T).T, "strided": wide[:, ::2],
-            # contiguous rows (columns) spaced apart: packed straight into pinned chunks
-            "rows": padded[:x.shape[0], :x.shape[1]],
-            "cols": padded_t[:x.shape[1], :x.shape[0]].T}
 
 
 @pytest.mark.parametrize("la", ["C", "F", "T", "strided", "rows", "cols"])

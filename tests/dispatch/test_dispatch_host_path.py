@@ -16,6 +16,7 @@ from bits import assert_same_bits
 import ozaki_backend as ob
 from ozaki_backend.dispatch import route, routing
 from ozaki_backend.reference.engine import CpuEngine
+from layouts import LAYOUTS, layouts  # noqa: E402
 
 CPU = dict(engine="cpu", min_size=0)
 pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
@@ -35,24 +36,6 @@ def operands(seed=0):
 def reference(a, b):
     """The C-ordered path: contiguous copies through the public API."""
     return ob.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b), engine="cpu")
-
-
-def layouts(x):
-    """``x`` as C-ordered, Fortran-ordered, a transposed view and a strided view."""
-    wide = np.zeros((x.shape[0], 2 * x.shape[1]))
-    wide[:, ::2] = x
-    padded = np.zeros((x.shape[0] + 5, x.shape[1] + 7))
-    padded[:x.shape[0], :x.shape[1]] = x
-    padded_t = np.zeros((x.shape[1] + 7, x.shape[0] + 5))
-    padded_t[:x.shape[1], :x.shape[0]] = x.T
-    return {"C": np.ascontiguousarray(x), "F": np.asfortranarray(x),
-            "T": np.ascontiguousarray(x.T).T, "strided": wide[:, ::2],
-            # contiguous rows (columns) spaced apart: packed straight into pinned chunks
-            "rows": padded[:x.shape[0], :x.shape[1]],
-            "cols": padded_t[:x.shape[1], :x.shape[0]].T}
-
-
-LAYOUTS = ("C", "F", "T", "strided", "rows", "cols")
 
 
 @pytest.mark.parametrize("la", LAYOUTS)
