@@ -12,8 +12,9 @@ It sits on the routing helper (``route``) and is below ``patches`` and ``wrap``.
 Rules every implementation follows:
 
 * It routes only what it fully understands: plain ``numpy.ndarray`` operands whose
-  product is float64, a matrix-matrix core, finite data, options left at their
-  defaults. Everything else (other dtypes, complex, object arrays, subclasses, CuPy and
+  product is float64 or complex128, a matrix-matrix core, options left at their
+  defaults (NaN/Inf are found by the engine, which then hands the call back). Everything
+  else (other dtypes such as complex64, object arrays, subclasses, CuPy and
   other array types, unusual arguments, bad input) returns ``NOT_ROUTED``, so the
   original function runs with the original arguments and results and exceptions are
   exactly NumPy's.
@@ -24,8 +25,8 @@ Rules every implementation follows:
 Not reachable this way: the ``ndarray.dot`` method (the type is immutable), names
 bound before installation (``from numpy import dot`` earlier), and NumPy internals
 that hold their own reference (``np.cov``, the ``dot`` inside ``tensordot``). Those
-reach NumPy's BLAS, where the call-site hook (``blashook``) routes them where it can
-be installed (``docs/intercepted.md``).
+reach NumPy's BLAS, where the call-site hook (``blashook``) routes their float64
+products where it can be installed (``docs/intercepted.md``).
 """
 
 from __future__ import annotations

@@ -388,7 +388,9 @@ def info() -> dict:
             "SciPy internals and compiled code (expm, cython_blas: SciPy's own BLAS)",
             "GEMMs inside LAPACK (solve, eig, qr, ...) and compiled extensions",
             "get_blas_funcs('gemm', ilp64=True) (scipy.linalg._fblas_64)",
-            "float32, complex, integer, object products; ndarray subclasses",
+            "float32, complex64, integer, object products; ndarray subclasses",
+            "complex128 products that reach BLAS directly (ndarray.dot, np.cov): the BLAS "
+            "hook patches the float64 GEMM/SYRK only",
         ],
         "environment": {k: {"value": v, "known": k in known} for k, v in env_vars.items()},
         "start_hook": {"pth_installed": importlib.util.find_spec("_ozaki_backend_start")
