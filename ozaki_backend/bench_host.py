@@ -35,20 +35,14 @@ import time
 
 import numpy as np
 
+from .shapes import HELP as SHAPES_HELP
+from .shapes import format_shape, parse_shape
+
 SCHEMA = "ozaki_backend-bench-host/1"
-DEFAULT_GRID = ("256;512;1024;2048;4096;8192;16384;100000x64x100000;64x100000x64;"
-                "16384x256x16384")
+DEFAULT_GRID = ("256;512;1024;2048;4096;8192;16384;100000,100000,64;64,64,100000;"
+                "16384,16384,256")
 #: Largest ratio routed / plain NumPy the grid may show (issue 17).
 TARGET_RATIO = 1.03
-
-
-def _shape(text):
-    parts = [int(v) for v in text.lower().split("x")]
-    if len(parts) == 1:
-        parts *= 3
-    if len(parts) != 3 or min(parts) < 1:
-        raise argparse.ArgumentTypeError(f"shape must be N or MxKxN, got {text!r}")
-    return tuple(parts)
 
 
 def _parse(argv):
@@ -58,7 +52,8 @@ def _parse(argv):
     ap.add_argument("--gram", default="60000x4096",
                     help="X's shape ROWSxCOLS for X.T @ X and Ridge ('' skips both)")
     ap.add_argument("--grid", default=DEFAULT_GRID,
-                    help="shapes N or MxKxN separated by ';' ('' skips the grid)")
+                    help="product shapes separated by ';' ('' skips the grid): "
+                         + SHAPES_HELP)
     ap.add_argument("--reps", type=int, default=5, help="timed runs per row (median)")
     ap.add_argument("--grid-reps", type=int, default=3)
     ap.add_argument("--engine", choices=("auto", "cpu", "cuda"), default="auto")
@@ -66,7 +61,10 @@ def _parse(argv):
     ap.add_argument("--no-scipy", action="store_true", help="skip SciPy's dgemm")
     ap.add_argument("--json", metavar="FILE", help="write the results as JSON")
     args = ap.parse_args(argv)
-    args.grid_shapes = [_shape(s) for s in args.grid.split(";") if s.strip()]
+    try:
+        args.grid_shapes = [parse_shape(s) for s in args.grid.split(";") if s.strip()]
+    except argparse.ArgumentTypeError as exc:
+        ap.error(f"--grid: {exc}")
     args.gram_shape = tuple(int(v) for v in args.gram.lower().split("x")) if args.gram else None
     return args
 
@@ -214,7 +212,7 @@ def gram_rows(args, scope, log):
     gram["vs_general"] = gram["routed_s"] / general["routed_s"]
     out = [gram, general]
     for r in out:
-        r["shape"] = [k, rows, k]
+        r["shape"] = [k, k, rows]     # m, n, k (shapes.py): (k x rows) @ (rows x k)
     if not args.no_ridge:
         try:
             from sklearn.linear_model import Ridge
@@ -237,13 +235,14 @@ def grid_rows(args, scope, log):
     from .dispatch import routing
 
     out = []
-    for (m, k, n) in args.grid_shapes:
+    for (m, n, k) in args.grid_shapes:
         rng = np.random.default_rng(m + k + n)
         a = rng.standard_normal((m, k))
         b = rng.standard_normal((k, n))
-        r = timed_pair(f"{m}x{k}x{n}", lambda: a @ b, args.grid_reps, scope, check=False)
+        r = timed_pair(format_shape(m, n, k), lambda: a @ b, args.grid_reps, scope,
+                       check=False)
         d = routing.decide(_scope_config(scope), m, n, k, entry="@/np.matmul")
-        r.update(shape=[m, k, n], decision=str(d), est_host_s=d.est_host_s,
+        r.update(shape=[m, n, k], decision=str(d), est_host_s=d.est_host_s,
                  est_emulated_s=d.est_emulated_s, ok=r["ratio"] <= TARGET_RATIO)
         a = b = None
         log(_row_line(r) + f" | {'ok' if r['ok'] else 'SLOWER'}: {d.reason}")

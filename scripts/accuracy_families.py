@@ -3,7 +3,7 @@ shape, the moduli count chosen, the outcome, and the max relative error of the
 emulation and of NumPy's own float64 product against the exact product (CPU engine;
 the CUDA engine gives the same bits).
 
-    python scripts/accuracy_families.py [--seeds 4] [--shapes 24x600x20,256x1024x256]
+    python scripts/accuracy_families.py [--seeds 4] [--shapes 24,20,600 256,256,1024]
                                         [--json docs/data/accuracy-families.json]
 
 Prints a Markdown table (worst case over the seeds per family, shape and mode).
@@ -21,6 +21,8 @@ from datetime import datetime, timezone
 import numpy as np
 
 import ozaki_backend as ob
+from ozaki_backend.shapes import HELP as SHAPES_HELP
+from ozaki_backend.shapes import format_shape, parse_shape
 from ozaki_backend.testing import FAMILIES, exact_matmul, family_operands, relative_errors
 
 SHAPES = ((24, 600, 20), (256, 1024, 256))
@@ -53,7 +55,7 @@ def measure(seeds, shapes=SHAPES):
                         worst = {"ratio": ratio, "ours": ours, "native": nat, "seed": seed}
                 rows.append({"shape": [m, k, n], "family": fam, "mode": mode,
                              "moduli": sorted(counts), "outcomes": outcomes, **worst})
-                print(f"{m}x{k}x{n} {fam:15s} {mode:8s} moduli {sorted(counts)} "
+                print(f"{format_shape(m, n, k)} {fam:15s} {mode:8s} moduli {sorted(counts)} "
                       f"{outcomes} ours {worst['ours']:.2e} native {worst['native']:.2e} "
                       f"ours/(2 native + 2^-52) {worst['ratio']:.2f}", file=sys.stderr,
                       flush=True)
@@ -61,13 +63,14 @@ def measure(seeds, shapes=SHAPES):
 
 
 def markdown(rows):
-    out = ["| shape | family | mode | moduli | outcome | ours | native | ours / (2 native + 2^-52) |",
+    out = ["| m,n,k | family | mode | moduli | outcome | ours | native | ours / (2 native + 2^-52) |",
            "| --- | --- | --- | --- | --- | ---: | ---: | ---: |"]
     for r in rows:
         N = r["moduli"]
         Ns = (f"{N[0]}" if len(N) == 1 else f"{N[0]}–{N[-1]}") if N else "—"
         oc = ", ".join(f"{o} {c}" for o, c in sorted(r["outcomes"].items()))
-        out.append(f"| {'x'.join(map(str, r['shape']))} | {r['family']} | {r['mode']} | {Ns} | "
+        m, k, n = r["shape"]
+        out.append(f"| {format_shape(m, n, k)} | {r['family']} | {r['mode']} | {Ns} | "
                    f"{oc} | {r['ours']:.1e} | {r['native']:.1e} | {r['ratio']:.2f} |")
     return "\n".join(out)
 
@@ -75,11 +78,12 @@ def markdown(rows):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=4)
-    ap.add_argument("--shapes", default=",".join("x".join(map(str, sh)) for sh in SHAPES),
-                    help="MxKxN shapes, comma separated")
+    ap.add_argument("--shapes", type=parse_shape, nargs="+",
+                    default=[(m, n, k) for (m, k, n) in SHAPES], metavar="SHAPE",
+                    help=SHAPES_HELP)
     ap.add_argument("--json")
     args = ap.parse_args(argv)
-    shapes = [tuple(int(v) for v in sh.split("x")) for sh in args.shapes.split(",") if sh]
+    shapes = [(m, k, n) for (m, n, k) in args.shapes]   # measure() takes operand order
     rows = measure(args.seeds, shapes)
     worst = max(r["ratio"] for r in rows)
     print(f"worst ours / (2 native + 2^-52): {worst:.2f}", file=sys.stderr)

@@ -9,7 +9,7 @@ from ozaki_backend import bench, bench_host
 
 pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
 
-ARGS = ["--engine", "cpu", "--n", "24", "--gram", "40x6", "--grid", "16;20x4x18",
+ARGS = ["--engine", "cpu", "--n", "24", "--gram", "40x6", "--grid", "16;20,18,4",
         "--reps", "1", "--grid-reps", "1"]
 
 
@@ -28,8 +28,8 @@ def test_bench_host_runs_on_the_cpu_engine(tmp_path, capsys):
         assert r["max_rel_diff_vs_numpy"] < 1e-12
     assert doc["entries"][2]["result_order"] == "F"
     gram = {r["name"]: r for r in doc["gram"]}
-    assert gram["X.T @ X"]["shape"] == [6, 40, 6] and "exactly_symmetric" in gram["X.T @ X"]
-    assert [r["shape"] for r in doc["grid"]] == [[16, 16, 16], [20, 4, 18]]
+    assert gram["X.T @ X"]["shape"] == [6, 6, 40] and "exactly_symmetric" in gram["X.T @ X"]
+    assert [r["shape"] for r in doc["grid"]] == [[16, 16, 16], [20, 18, 4]]  # m, n, k
     assert all("decision" in r and "ok" in r for r in doc["grid"])
     assert doc["phases"] is None          # the CUDA engine's breakdown only
 
@@ -46,3 +46,13 @@ def test_median_time_keeps_the_slow_warmup_as_a_sample():
     calls.clear()
     t, res = bench_host.median_time(fn, 3, keep=False)
     assert len(calls) == 4 and res is None
+
+
+def test_grid_shapes_follow_the_one_convention(capsys):
+    # M,N,K as plan(m, n, k); the old MxKxN only where it cannot be misread.
+    assert bench_host._parse(["--grid", "8;30,20,10;5x7x7"]).grid_shapes == [
+        (8, 8, 8), (30, 20, 10), (5, 7, 7)]
+    with pytest.raises(SystemExit) as exc:
+        bench_host._parse(["--grid", "64x100000x64"])
+    assert exc.value.code == 2
+    assert "ambiguous" in capsys.readouterr().err
