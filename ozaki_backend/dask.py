@@ -84,6 +84,11 @@ class RoutingPlugin(WorkerPlugin):
         self.config = dict(config)
 
     def setup(self, worker):
+        from .dispatch import env
+
+        # Each worker process prints its own report at exit under OZAKI_BACKEND_STATS=1:
+        # named, so that the reports can be told apart (stats() sums them).
+        env.set_report_label(f"dask worker {worker.address}")
         _enable(**self.config)
 
     def teardown(self, worker):

@@ -272,8 +272,29 @@ def setup_logging(level: str | None = None) -> None:
 _stats_registered = False
 
 
+#: Who prints the exit report (None: the process itself); set by :func:`set_report_label`.
+_report_label = None
+
+
+def set_report_label(label) -> None:
+    """Name this process in its exit report (``OZAKI_BACKEND_STATS=1``), e.g. a dask
+    worker's address, so that the reports of many processes can be told apart; None
+    removes the name."""
+    global _report_label
+    _report_label = None if label is None else str(label)
+
+
+def exit_report() -> str:
+    """The text :func:`print_stats_at_exit` prints: :func:`format_stats`, headed by the
+    process's label and pid when :func:`set_report_label` gave one."""
+    text = format_stats()
+    if _report_label:
+        text = f"[{_report_label}, pid {os.getpid()}]\n{text}"
+    return text
+
+
 def print_stats_at_exit() -> None:
-    """Print :func:`stats` to stderr when the interpreter exits (registered once)."""
+    """Print :func:`exit_report` to stderr when the interpreter exits (registered once)."""
     global _stats_registered
     if _stats_registered:
         return
@@ -281,7 +302,7 @@ def print_stats_at_exit() -> None:
 
     def _print():
         try:
-            sys.stderr.write(format_stats() + "\n")
+            sys.stderr.write(exit_report() + "\n")
         except Exception:  # interpreter shutting down: nothing useful to do
             pass
 

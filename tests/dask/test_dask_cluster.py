@@ -238,3 +238,20 @@ def test_gpu_cluster_fallback_routes_and_shuts_down_cleanly(monkeypatch):
     assert not ours, [str(w.message) for w in ours]
     with pytest.raises(ValueError, match="positive int"):
         od.local_gpu_cluster(0, use_dask_cuda=False)
+
+
+def _exit_report(dask_worker=None):
+    from ozaki_backend.dispatch import env
+
+    return env.exit_report()
+
+
+def test_each_workers_exit_report_is_labelled(registered):
+    # Under OZAKI_BACKEND_STATS=1 every worker process prints a report at exit: each
+    # names its worker, so that the reports of a cluster can be told apart.
+    _, client = registered
+    reports = client.run(_exit_report)
+    assert len(reports) == 2
+    for address, text in reports.items():
+        head, body = text.split("\n", 1)
+        assert head.startswith(f"[dask worker {address}, pid ") and "ozaki_backend stats" in body

@@ -293,3 +293,17 @@ def test_every_variable_the_package_reads_is_known():
     assert names, "the scan found nothing: the test would pass vacuously"
     missing = sorted(names - config.known_variables())
     assert not missing, f"read but not known to the configuration check: {missing}"
+
+
+def test_exit_report_names_the_process_when_labelled():
+    from ozaki_backend.dispatch import env
+
+    assert env.exit_report() == ob.dispatch.format_stats()
+    env.set_report_label("worker 7")
+    try:
+        head, body = env.exit_report().split("\n", 1)
+        assert head == f"[worker 7, pid {os.getpid()}]"
+        assert body == ob.dispatch.format_stats()
+    finally:
+        env.set_report_label(None)
+    assert env.exit_report() == ob.dispatch.format_stats()
