@@ -19,12 +19,18 @@ from .semantics import is_cupy
 ENGINES = ("cpu", "cuda")
 
 
+_cuda_package = None     # ozaki_backend.cuda, once imported
+
+
 def cuda_availability() -> tuple[bool, str]:
     """``(ok, reason)``: whether the CUDA engine can run in this process (CuPy importable
     and a device present), without importing CuPy twice."""
-    from .cuda import availability
+    global _cuda_package
+    if _cuda_package is None:   # (an import statement costs microseconds a call)
+        from . import cuda
 
-    return availability()
+        _cuda_package = cuda
+    return _cuda_package.availability()
 
 
 def get(name: str) -> Engine:

@@ -162,11 +162,12 @@ def decide(config, m: int, n: int, k: int, batch: int = 1, entry: str = "",
         return _made(False, "matrix-vector shaped (m or n < 2): left to BLAS", None, *where)
     if k < 1 or batch < 1:
         return _made(False, "empty product", None, *where)
-    eng, why = resolve_engine(config)
     size = m * n * k
+    if config.min_size is not None and size < config.min_size:
+        # Before the engine is resolved: the common case of a small product in a scope.
+        return _made(False, f"below min_size (m*n*k < {config.min_size})", None, *where)
+    eng, why = resolve_engine(config)
     if config.min_size is not None:
-        if size < config.min_size:
-            return _made(False, f"below min_size (m*n*k < {config.min_size})", None, *where)
         return _made(True, f"min_size={config.min_size}", eng, *where)
     if eng == "cpu":
         if config.engine == "cpu":
