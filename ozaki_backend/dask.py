@@ -92,6 +92,9 @@ class RoutingPlugin(WorkerPlugin):
         _enable(**self.config)
 
     def teardown(self, worker):
+        from .dispatch import env
+
+        env.set_report_label(None)
         _disable()
 
 

@@ -298,12 +298,15 @@ def test_every_variable_the_package_reads_is_known():
 def test_exit_report_names_the_process_when_labelled():
     from ozaki_backend.dispatch import env
 
-    assert env.exit_report() == ob.dispatch.format_stats()
-    env.set_report_label("worker 7")
+    before = env._report_label      # (an in-process dask worker may have set one)
     try:
+        env.set_report_label(None)
+        assert env.exit_report() == ob.dispatch.format_stats()
+        env.set_report_label("worker 7")
         head, body = env.exit_report().split("\n", 1)
         assert head == f"[worker 7, pid {os.getpid()}]"
         assert body == ob.dispatch.format_stats()
-    finally:
         env.set_report_label(None)
-    assert env.exit_report() == ob.dispatch.format_stats()
+        assert env.exit_report() == ob.dispatch.format_stats()
+    finally:
+        env.set_report_label(before)
