@@ -32,19 +32,22 @@ def certified(st: scaling.Statistics, n_moduli: int, mode: str) -> bool:
     return bool(passes(st, s, t).all())
 
 
-def element_counts(st: scaling.Statistics, mode: str):
-    """int64 ``(m, n)``: for each element the fewest moduli in ``[2, 20]`` whose
+def element_counts(st: scaling.Statistics, mode: str, *, max_moduli: int = MAX_MODULI,
+                   shifts=scaling.shifts):
+    """int64 ``(m, n)``: for each element the fewest moduli in ``[2, max_moduli]`` whose
     a-priori test it passes, or 0 when none does (``docs/spec.md`` §10.3).
+
+    ``max_moduli`` and ``shifts`` are the moduli table's size and its shift rule (the
+    complex pipeline passes its own, ``reference/complex.py``).
 
     The test is monotone in the count (every shift is non-decreasing in it), so one
     sweep upwards finds each element's count; it stops once every element has one.
     """
-    m, n = st.P.shape
     d = data(st)
     limit = spec.target(d)
-    need = np.zeros((m, n), dtype=np.int64)
-    for N in range(MIN_MODULI, MAX_MODULI + 1):
-        s, t = scaling.shifts(st, N, mode)
+    need = np.zeros(st.P.shape, dtype=np.int64)
+    for N in range(MIN_MODULI, max_moduli + 1):
+        s, t = shifts(st, N, mode)
         newly = (need == 0) & spec.passes(d, s, t, limit)
         need[newly] = N
         if need.all():
@@ -52,14 +55,15 @@ def element_counts(st: scaling.Statistics, mode: str):
     return need
 
 
-def choose_count(st: scaling.Statistics, mode: str):
+def choose_count(st: scaling.Statistics, mode: str, *, max_moduli: int = MAX_MODULI,
+                 shifts=scaling.shifts):
     """``(N, all_certified)`` for ``precision="fp64"`` (``docs/spec.md`` §10.3):
     ``all_certified`` whether every element passes the a-priori test at some count, and
     then ``N`` the largest per-element count of :func:`element_counts`; otherwise
-    ``N = 20``, the count that gives the a-posteriori test
+    ``N = max_moduli`` (20 for the real table), the count that gives the a-posteriori test
     (:func:`~ozaki_backend.spec.certificate.meets_target`) its best chance before the
     residual pass (which costs two more products at 20 moduli)."""
-    need = element_counts(st, mode)
+    need = element_counts(st, mode, max_moduli=max_moduli, shifts=shifts)
     if not need.all():
-        return MAX_MODULI, False
+        return max_moduli, False
     return int(need.max()), True

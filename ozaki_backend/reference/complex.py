@@ -168,25 +168,15 @@ def integer_product(Ar, Ai, Br, Bi, s, t, n_moduli):
 def element_counts(st: scaling.Statistics, mode: str):
     """int64 ``(m, 2n)``: per element of the embedding the fewest complex moduli whose
     a-priori test (``docs/spec.md`` §10.2 on the embedding) it passes, 0 if none."""
-    d = certificate.data(st)
-    limit = spec.target(d)
-    need = np.zeros(st.P.shape, dtype=np.int64)
-    for N in range(MIN_MODULI, MAX_COMPLEX_MODULI + 1):
-        s, t = shifts(st, N, mode)
-        newly = (need == 0) & spec.passes(d, s, t, limit)
-        need[newly] = N
-        if need.all():
-            break
-    return need
+    return certificate.element_counts(st, mode, max_moduli=MAX_COMPLEX_MODULI,
+                                      shifts=shifts)
 
 
 def choose_count(st: scaling.Statistics, mode: str):
     """``(N, all_certified)`` as :func:`ozaki_backend.reference.certificate.choose_count`,
     over the complex table."""
-    need = element_counts(st, mode)
-    if not need.all():
-        return MAX_COMPLEX_MODULI, False
-    return int(need.max()), True
+    return certificate.choose_count(st, mode, max_moduli=MAX_COMPLEX_MODULI,
+                                    shifts=shifts)
 
 
 def fixed_count(plan, k: int):
