@@ -24,14 +24,13 @@ from typing import NamedTuple
 import numpy as np
 
 from ..spec import certificate as spec
+from ..spec.equilibration import k_exponents, shifts_from_exponents
 from ..spec.complex_moduli import (MAX_COMPLEX_MODULI, complex_crt_constants,
                                    complex_moduli_for_bits)
 from ..spec.moduli import MIN_MODULI
 from ..spec.rules import (BOUND_D, CERT_C, EXPECTED_BITS, certificate_factor,
                           fast_quant_bits)
 
-_LOW = -(1 << 20)
-_HIGH = 1 << 20
 _NO_EXP = np.iinfo(np.int64).min
 NO_THRESHOLD = -(1 << 31)
 
@@ -63,30 +62,15 @@ class EmbeddingStats(NamedTuple):
 
 # --------------------------------------------------------------------------- stage 0
 
-def _k_exponents(xp, X, axis):
-    _, e = xp.frexp(X)
-    nz = X != 0
-    e = e.astype(np.int64)
-    return (xp.where(nz, e, _LOW).max(axis=axis), xp.where(nz, e, _HIGH).min(axis=axis))
-
-
 def equilibration(xp, Ar, Ai, Br, Bi):
     """``S`` (int64, k): the rule of ``docs/spec.md`` §2.1 on ``[Ar; Ai]`` and
     ``[Br, Bi]`` (reference: ``equilibrate.shifts`` of the stacked parts)."""
-    ar, ar_min = _k_exponents(xp, Ar, 0)
-    ai, ai_min = _k_exponents(xp, Ai, 0)
-    br, br_min = _k_exponents(xp, Br, 1)
-    bi, bi_min = _k_exponents(xp, Bi, 1)
-    a_max, a_min = xp.maximum(ar, ai), xp.minimum(ar_min, ai_min)
-    b_max, b_min = xp.maximum(br, bi), xp.minimum(br_min, bi_min)
-    both = (a_max != _LOW) & (b_max != _LOW)
-    if not bool(both.any()):
-        return xp.zeros(Ar.shape[1], dtype=np.int64)
-    d = (a_max - a_max.max()) - (b_max - b_max.max())
-    raw = xp.where(both, xp.sign(d) * (xp.abs(d) // 2), 0)
-    hi = xp.minimum(xp.maximum(0, a_min + 1021), 1024 - xp.where(both, b_max, 0))
-    lo = xp.maximum(-xp.maximum(0, b_min + 1021), xp.where(both, a_max, 0) - 1024)
-    return xp.clip(raw, lo, hi).astype(np.int64)
+    ar, ar_min = k_exponents(Ar, 0)
+    ai, ai_min = k_exponents(Ai, 0)
+    br, br_min = k_exponents(Br, 1)
+    bi, bi_min = k_exponents(Bi, 1)
+    return shifts_from_exponents(xp.maximum(ar, ai), xp.minimum(ar_min, ai_min),
+                                 xp.maximum(br, bi), xp.minimum(br_min, bi_min))
 
 
 def equilibrate(xp, Ar, Ai, Br, Bi):

@@ -25,38 +25,14 @@ from __future__ import annotations
 
 import numpy as np
 
-#: Exponent sentinels for empty columns / rows (outside every float64 exponent).
-_LOW = -(1 << 20)
-_HIGH = 1 << 20
+from ..spec.equilibration import k_exponents, shifts_from_exponents
 
-
-def k_exponents(X, axis):
-    """``(emax, emin)`` int64 along ``axis``: the largest and smallest frexp exponent
-    of the non-zero entries of each column (``axis=0``) or row (``axis=1``) of ``X``;
-    ``_LOW`` / ``_HIGH`` where there is none."""
-    _, e = np.frexp(X)
-    nz = X != 0
-    e = e.astype(np.int64)
-    if X.shape[axis] == 0:
-        size = X.shape[1 - axis]
-        return np.full(size, _LOW, np.int64), np.full(size, _HIGH, np.int64)
-    emax = np.where(nz, e, _LOW).max(axis=axis)
-    emin = np.where(nz, e, _HIGH).min(axis=axis)
-    return emax, emin
+__all__ = ["k_exponents", "shifts", "equilibrate"]
 
 
 def shifts(A, B):
     """The equilibration exponents ``S`` (int64, length ``k``) of ``A (m, k)``, ``B (k, n)``."""
-    a_max, a_min = k_exponents(A, axis=0)
-    b_max, b_min = k_exponents(B, axis=1)
-    both = (a_max != _LOW) & (b_max != _LOW)
-    if not both.any():
-        return np.zeros(A.shape[1], dtype=np.int64)
-    d = (a_max - a_max.max()) - (b_max - b_max.max())
-    raw = np.where(both, np.sign(d) * (np.abs(d) // 2), 0)
-    hi = np.minimum(np.maximum(0, a_min + 1021), 1024 - np.where(both, b_max, 0))
-    lo = np.maximum(-np.maximum(0, b_min + 1021), np.where(both, a_max, 0) - 1024)
-    return np.clip(raw, lo, hi).astype(np.int64)
+    return shifts_from_exponents(*k_exponents(A, axis=0), *k_exponents(B, axis=1))
 
 
 def equilibrate(A, B):
