@@ -81,6 +81,63 @@ __device__ __forceinline__ double oz_round_scaled(const u32 (&x)[OZ_L], bool neg
     return __longlong_as_double((long long)bits);
 }
 
+// Steps 2-6 of the element whose step-1 sum is acc: RN(X 2^-e).
+__device__ __forceinline__ double oz_crt_finish(const u64 (&acc)[OZ_L], int e) {
+    // 2. Carry-propagate into 32-bit limbs y.
+    u32 y[OZ_L];
+    u64 carry = 0;
+#pragma unroll
+    for (int u = 0; u < OZ_L; ++u) {
+        u64 v = acc[u] + carry;
+        y[u] = (u32)v;
+        carry = v >> 32;
+    }
+
+    // 3. Quotient estimate Qe in {Q, Q+1}, Q = floor(Y'/M): the float64 value of Y'/M
+    //    has relative error < 2^-49, and the 2^-40 nudge makes Qe never too small.
+    double yf = 0.0;
+#pragma unroll
+    for (int u = OZ_L - 1; u >= 0; --u) yf = yf * 4294967296.0 + (double)y[u];
+    u32 Qe = (u32)(yf * OZ_INVM * (1.0 + 0x1p-40));
+
+    // 4. X' = Y' - Qe M in [-M, M) (two's complement over the limbs, signed top limb).
+    u32 x[OZ_L];
+    i64 a = 0;
+#pragma unroll
+    for (int u = 0; u < OZ_L; ++u) {
+        a += (i64)y[u] - (i64)((u64)Qe * OZ_M[u]);
+        x[u] = (u32)a;
+        a >>= 32;
+    }
+    bool negp = a < 0;
+
+    // 5. X = X' - M/2 if X' >= 0 (Qe = Q), else X' + (M - M/2) (Qe = Q + 1,
+    //    X' + M = X''; OZ_MHN = M - M/2, which is M/2 for an even M and one more for
+    //    the complex table's odd M). X is the representative in (-M/2, M/2): |X| <= H
+    //    by the scaling invariant.
+    a = 0;
+#pragma unroll
+    for (int u = 0; u < OZ_L; ++u) {
+        i64 xu = (u == OZ_L - 1) ? (i64)(int)x[u] : (i64)x[u];
+        a += xu + (negp ? (i64)OZ_MHN[u] : -(i64)OZ_MH[u]);
+        x[u] = (u32)a;
+        a >>= 32;
+    }
+    bool negx = (int)x[OZ_L - 1] < 0;
+    if (negx) {  // magnitude: two's complement negation across the limbs
+        u64 cy = 1;
+#pragma unroll
+        for (int u = 0; u < OZ_L; ++u) {
+            u64 v = (u64)(~x[u]) + cy;
+            x[u] = (u32)v;
+            cy = v >> 32;
+        }
+    }
+
+    // 6. The one rounding.
+    return oz_round_scaled(x, negx, e);
+}
+
 // C: N planes of rows x ldc int32 (plane stride `plane` elements), each value congruent
 // to the product mod p_l with |value| <= 2^30 + 255. s (rows), t (cols): exponents.
 // ab_mode 0: out = C; 1: out = alpha*C; 2: out = alpha*C + beta*C0 (spec §7).
@@ -121,59 +178,8 @@ __device__ __forceinline__ void oz_crt_body(
             for (int v = 0; v < OZ_L; ++v) acc[v] += (u64)c * OZ_W[l][v];
         });
 
-        // 2. Carry-propagate into 32-bit limbs y.
-        u32 y[OZ_L];
-        u64 carry = 0;
-#pragma unroll
-        for (int u = 0; u < OZ_L; ++u) {
-            u64 v = acc[u] + carry;
-            y[u] = (u32)v;
-            carry = v >> 32;
-        }
-
-        // 3. Quotient estimate Qe in {Q, Q+1}, Q = floor(Y'/M): the float64 value of Y'/M
-        //    has relative error < 2^-49, and the 2^-40 nudge makes Qe never too small.
-        double yf = 0.0;
-#pragma unroll
-        for (int u = OZ_L - 1; u >= 0; --u) yf = yf * 4294967296.0 + (double)y[u];
-        u32 Qe = (u32)(yf * OZ_INVM * (1.0 + 0x1p-40));
-
-        // 4. X' = Y' - Qe M in [-M, M) (two's complement over the limbs, signed top limb).
-        u32 x[OZ_L];
-        i64 a = 0;
-#pragma unroll
-        for (int u = 0; u < OZ_L; ++u) {
-            a += (i64)y[u] - (i64)((u64)Qe * OZ_M[u]);
-            x[u] = (u32)a;
-            a >>= 32;
-        }
-        bool negp = a < 0;
-
-        // 5. X = X' - M/2 if X' >= 0 (Qe = Q), else X' + (M - M/2) (Qe = Q + 1,
-        //    X' + M = X''; OZ_MHN = M - M/2, which is M/2 for an even M and one more for
-        //    the complex table's odd M). X is the representative in (-M/2, M/2): |X| <= H
-        //    by the scaling invariant.
-        a = 0;
-#pragma unroll
-        for (int u = 0; u < OZ_L; ++u) {
-            i64 xu = (u == OZ_L - 1) ? (i64)(int)x[u] : (i64)x[u];
-            a += xu + (negp ? (i64)OZ_MHN[u] : -(i64)OZ_MH[u]);
-            x[u] = (u32)a;
-            a >>= 32;
-        }
-        bool negx = (int)x[OZ_L - 1] < 0;
-        if (negx) {  // magnitude: two's complement negation across the limbs
-            u64 cy = 1;
-#pragma unroll
-            for (int u = 0; u < OZ_L; ++u) {
-                u64 v = (u64)(~x[u]) + cy;
-                x[u] = (u32)v;
-                cy = v >> 32;
-            }
-        }
-
-        // 6. The one rounding, then alpha / beta with no contraction.
-        double val = oz_round_scaled(x, negx, s[i] + tj);
+        // 2.-6. X and its one rounding, then alpha / beta with no contraction.
+        double val = oz_crt_finish(acc, s[i] + tj);
         if (ab_mode >= 1) val = __dmul_rn(alpha, val);
         if (ab_mode == 2) val = __dadd_rn(val, __dmul_rn(beta, C0[(i64)i * crs + (i64)j * ccs]));
         out[(i64)i * ors + (i64)j * ocs] = val;
@@ -191,3 +197,50 @@ __device__ __forceinline__ void oz_crt_body(
     }
 OZ_CRT_ENTRY(oz_crt, int)
 OZ_CRT_ENTRY(oz_crt_u8, unsigned char)
+
+#ifdef OZ_CX_MAX
+// The complex scheme's recombination and CRT in one pass (compiled with the complex
+// table's prelude, ozaki_backend/cuda/_prelude.py complex_table_prelude, before its CRT
+// constants): for every element, from the int32 products C1 = phi_+(A')phi_+(B') and
+// C2 = phi_-(A')phi_-(B') (congruent mod m_l), the residues of Re = (P1 + P2)/2 and
+// Im = (P1 - P2)/(2 r) in [0, m_l) (the bytes kernels/complex.cu oz_cx_recombine writes),
+// both step-1 sums, and both values RN(X 2^-(s_i + t_j)), written as the real and
+// imaginary part of the complex128 output (element strides ors, ocs in doubles).
+// Y' is congruent modulo M to the Y' of the recombined residues followed by oz_crt_u8
+// (the reference's stages), so X and its rounding are the same bits, without the
+// residue bytes going through memory.
+extern "C" __global__ void __launch_bounds__(256)
+oz_cx_crt(const int *__restrict__ C1, const int *__restrict__ C2, i64 plane, i64 ldc, int rows,
+          int cols, const int *__restrict__ s, const int *__restrict__ t,
+          double *__restrict__ out, i64 ors, i64 ocs) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= cols) return;
+    int tj = t[j];
+    for (int i = blockIdx.y; i < rows; i += gridDim.y) {
+        const int *p1 = C1 + (i64)i * ldc + j, *p2 = C2 + (i64)i * ldc + j;
+        u64 ar[OZ_L], ai[OZ_L];
+#pragma unroll
+        for (int u = 0; u < OZ_L; ++u) ar[u] = ai[u] = OZ_MH[u];
+        oz_static_for<0, OZ_N>([&](auto L) {
+            constexpr int l = decltype(L)::value;
+            constexpr int P = (int)oz_cx_modulus(l);
+            int c1 = p1[(i64)l * plane] % P, c2 = p2[(i64)l * plane] % P;
+            c1 += c1 < 0 ? P : 0;
+            c2 += c2 < 0 ? P : 0;
+            // (c1 + c2) OZ_W2[l] = ((c1 + c2) / 2 mod m_l) w_l and (c1 - c2 + m_l) OZ_W2R[l]
+            // = ((c1 - c2) / (2 r) mod m_l) w_l modulo M: the recombined residues' terms
+            // (ozaki_backend/cuda/_prelude.py complex_crt_prelude), values below 2 m_l.
+            u32 re = (u32)(c1 + c2), im = (u32)(c1 - c2 + P);
+#pragma unroll
+            for (int v = 0; v < OZ_L; ++v) {
+                ar[v] += (u64)re * OZ_W2[l][v];
+                ai[v] += (u64)im * OZ_W2R[l][v];
+            }
+        });
+        double *o = out + (i64)i * ors + (i64)j * ocs;
+        int e = s[i] + tj;
+        o[0] = oz_crt_finish(ar, e);
+        o[1] = oz_crt_finish(ai, e);
+    }
+}
+#endif  // OZ_CX_MAX

@@ -369,10 +369,14 @@ oz_u_rowmax_i64(const i64 *__restrict__ P, i64 ldp, int rows, int cols, const in
     oz_u_rowmax<i64>(P, ldp, rows, cols, SA, nA, SB, nB, rmax);
 }
 
-// The moduli counts a product may use: N = OZ_NLO .. OZ_NLO + NN - 1 (2 .. 20); eh[c], fh[c]
-// are the frexp exponent and fraction field of H_f for count OZ_NLO + c (spec §1).
+// The moduli counts a product may use: N = OZ_NLO .. OZ_NLO + OZ_NN - 1; eh[c], fh[c]
+// are the frexp exponent and fraction field of H_f for count OZ_NLO + c (spec §1). The
+// real table's counts 2 .. 20 by default; the complex table (2 .. 22) compiles this file
+// with -DOZ_NN=21 (cuda/_common.py, CountTable: host and device read one definition).
 #define OZ_NLO 2
+#ifndef OZ_NN
 #define OZ_NN 19
+#endif
 
 // sigma[c][i] = floor(lambda_c(max(1, r_i)) / 2) for every count (rmax zero-initialised).
 extern "C" __global__ void oz_sigma_all(const i64 *__restrict__ rmax, int rows,

@@ -17,6 +17,17 @@ from ozaki_backend.cuda._prelude import crt_prelude
 out, ns = sys.argv[1], [int(x) for x in sys.argv[2:]]
 for name in ("scaling.cu", "residues.cu", "modgemm.cu"):
     open(f"{out}/{name}", "w").write(read_source(name))
+# The complex scheme's kernels as cuda/complex.py compiles them: complex.cu with the
+# complex table's prelude, scaling.cu with COMPLEX_TABLE.defines, crt.cu with both
+# preludes (oz_cx_crt).
+from ozaki_backend.cuda._common import COMPLEX_TABLE
+from ozaki_backend.cuda._prelude import complex_crt_prelude, complex_table_prelude
+open(f"{out}/complex.cu", "w").write(complex_table_prelude() + read_source("complex.cu"))
+defs = "".join("#define " + d.replace("=", " ") + "\n" for d in COMPLEX_TABLE.defines)
+open(f"{out}/scaling_complex.cu", "w").write(defs + read_source("scaling.cu"))
+for n in (2, 16, 22):
+    open(f"{out}/crt_complex_N{n}.cu", "w").write(
+        complex_table_prelude() + complex_crt_prelude(n) + read_source("crt.cu"))
 for n in ns:
     open(f"{out}/crt_N{n}.cu", "w").write(crt_prelude(n) + read_source("crt.cu"))
 open(f"{out}/modprod.src", "w").write(read_source("modprod.cu"))

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import math
 import struct
+from typing import Callable, NamedTuple
 
 import cupy
 import numpy as np
 
-from ..spec.moduli import crt_constants
+from ..spec.complex_moduli import (MAX_COMPLEX_MODULI, complex_crt_constants,
+                                   expected_complex_moduli)
+from ..spec.moduli import MAX_MODULI, MIN_MODULI, crt_constants
+from ..spec.rules import expected_moduli
 
 #: k is padded to a multiple of this (16-byte aligned int8 rows: cuBLAS's IMMA path).
 KPAD = 16
@@ -39,21 +43,65 @@ def as_rows(X):
         X = cupy.ascontiguousarray(X)
         s0, s1 = X.strides
     rs, cs = s0 // 8, s1 // 8
-    rows_fast = int(abs(rs) == 1 and abs(cs) != 1) if X.shape[0] > 1 else 0
+    # The row index is the fast one when it has unit stride, or the smaller stride of
+    # an interleaved view (a complex operand's transposed part: rs = 2, cs = 2n).
+    rows_fast = int((abs(rs) == 1 and abs(cs) != 1) or 1 < abs(rs) < abs(cs)) \
+        if X.shape[0] > 1 else 0
     return X, np.int64(rs), np.int64(cs), np.int32(rows_fast)
 
 
-def h_params(n_moduli: int):
+class CountTable(NamedTuple):
+    """The moduli table whose counts the scaling and certificate kernels of
+    ``kernels/scaling.cu`` evaluate in one pass (a traits record that the host code and,
+    through ``defines``, the kernels read).
+
+    Attributes
+    ----------
+    name : str
+    counts : tuple of int
+        The counts ``OZ_NLO .. OZ_NLO + OZ_NN - 1`` (``OZ_NLO = 2``).
+    constants : callable
+        ``n -> CRTConstants`` of the first ``n`` moduli (``H_f``).
+    expected : callable
+        ``(k, elements) -> int``: where the certificate's count search starts.
+    defines : tuple of str
+        Preprocessor definitions ``scaling.cu`` is compiled with for this table (none
+        for the real table: the kernel's default ``OZ_NN`` is its 19 counts).
+    """
+
+    name: str
+    counts: tuple
+    constants: Callable
+    expected: Callable
+    defines: tuple
+
+    @property
+    def most(self) -> int:
+        return self.counts[-1]
+
+
+#: ``kernels/scaling.cu``'s default ``OZ_NN``: the real table compiles without defines.
+_KERNEL_DEFAULT_NN = 19
+
+REAL_TABLE = CountTable("real", tuple(range(MIN_MODULI, MAX_MODULI + 1)), crt_constants,
+                        expected_moduli, ())
+COMPLEX_TABLE = CountTable(
+    "complex", tuple(range(MIN_MODULI, MAX_COMPLEX_MODULI + 1)), complex_crt_constants,
+    expected_complex_moduli, (f"OZ_NN={MAX_COMPLEX_MODULI - MIN_MODULI + 1}",))
+assert len(REAL_TABLE.counts) == _KERNEL_DEFAULT_NN
+
+
+def h_params(n_moduli: int, table: CountTable = REAL_TABLE):
     """``(eh, fh)``: frexp exponent of ``H_f`` and its 52-bit fraction field (spec §1)."""
-    H_f = crt_constants(n_moduli).H_f
+    H_f = table.constants(n_moduli).H_f
     _, eh = math.frexp(H_f)
     bits = struct.unpack("<Q", struct.pack("<d", H_f))[0]
     return np.int32(eh), np.uint64(bits & ((1 << 52) - 1))
 
 
-def lam1(n_moduli: int) -> int:
+def lam1(n_moduli: int, table: CountTable = REAL_TABLE) -> int:
     """``lambda(1)`` exactly (spec §1)."""
-    mh, eh = math.frexp(crt_constants(n_moduli).H_f)
+    mh, eh = math.frexp(table.constants(n_moduli).H_f)
     mx, ex = math.frexp(1.0)
     return eh - ex - (1 if mx > mh else 0)
 

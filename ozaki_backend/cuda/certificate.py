@@ -15,11 +15,9 @@ import cupy
 import numpy as np
 
 from ..spec import certificate as spec
-from ..spec.moduli import MAX_MODULI
-from ..spec.rules import certificate_divisor, expected_moduli
-from . import loader
-from ._common import blocks
-from .scaling import COUNTS, BoundMatrix, Side
+from ..spec.rules import certificate_divisor
+from ._common import REAL_TABLE, CountTable, blocks
+from .scaling import BoundMatrix, Side, kernel
 
 
 #: Rows per block of the count kernel (kernels/scaling.cu OZ_CR).
@@ -32,32 +30,34 @@ def _inv_div(elements):
     return np.float64(1.0 / certificate_divisor(elements))
 
 
-def _factors(side: Side):
-    """``(f, q)``: the per-count factor table (19 x rows) and ``SA + n`` of one operand."""
+def _factors(side: Side, table: CountTable):
+    """``(f, q)``: the per-count factor table (NN x rows) and ``SA + n`` of one operand."""
     rows = side.E.shape[0]
-    f = cupy.empty((len(COUNTS), rows), dtype=np.float64)
+    f = cupy.empty((len(table.counts), rows), dtype=np.float64)
     q = cupy.empty(rows, dtype=np.float64)
     if rows:
-        loader.get_function("scaling.cu", "oz_cert_factors")(
+        kernel("oz_cert_factors", table)(
             (blocks(rows),), (256,), (side.kept, np.int32(rows), side.E, side.X, side.n,
                                       side.SA, f, q))
     return f, q
 
 
-def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status, fixed=None):
-    """Queue the a-priori count: ``status[1]`` receives the largest per-element count and
-    ``status[2]`` the number of elements no count certifies (both zero on entry); with
-    ``fixed`` (a count), only that count is tested and ``status[2]`` receives the number
-    of elements failing it."""
+def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status, fixed=None,
+                table: CountTable = REAL_TABLE):
+    """Queue the a-priori count over ``table``'s counts: ``status[1]`` receives the
+    largest per-element count and ``status[2]`` the number of elements no count
+    certifies (both zero on entry); with ``fixed`` (a count), only that count is tested
+    and ``status[2]`` receives the number of elements failing it."""
     m, n = a.E.shape[0], b.E.shape[0]
-    fa, qa = _factors(a)
-    fb, qb = _factors(b)
-    # The factor tables are count-major (19 x rows): a tile passes the address of its
+    fa, qa = _factors(a, table)
+    fb, qb = _factors(b, table)
+    # The factor tables are count-major (NN x rows): a tile passes the address of its
     # first row in table 0 (a 1-D view) and the kernel steps by the full row count.
-    fn = bm.kernel("oz_cert_counts")
+    fn = bm.kernel("oz_cert_counts", table)
     inv_div = _inv_div(m * n)
-    guess = np.int32(expected_moduli(k, m * n) - COUNTS[0])
-    fix = np.int32(-1 if fixed is None else fixed - COUNTS[0])
+    lo, hi = table.counts[0], table.most
+    guess = np.int32(min(max(table.expected(k, m * n), lo), hi) - lo)
+    fix = np.int32(-1 if fixed is None else fixed - lo)
     for (i0, i1, j0, j1) in tiles:
         P = bm.tile(i0, i1, j0, j1)
         grid = (-(-(j1 - j0) // 32), -(-(i1 - i0) // _CR))
@@ -67,11 +67,11 @@ def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status, fixed=None)
                            inv_div, guess, fix, status[1:]))
 
 
-def chosen_count(need, unsure):
+def chosen_count(need, unsure, table: CountTable = REAL_TABLE):
     """The count of a ``precision="fp64"`` product from the device's status (spec §10.3,
     as the reference's ``choose_count``): the largest per-element count when every
-    element has one, else 20."""
-    return need if need and not unsure else MAX_MODULI
+    element has one, else the table's largest (20 for the real table)."""
+    return need if need and not unsure else table.most
 
 
 def certify_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, s, t, C, *, bound=None,
@@ -79,7 +79,7 @@ def certify_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, s, t, C, *, bound=
     """Queue ``oz_certify`` over every tile: the bound of ``C = RN(A'B' 2^(-s-t))`` into
     ``bound`` (when given, any strides) and the a-posteriori failures added to
     ``failures[0]`` (when given)."""
-    fn = bm.kernel("oz_certify")
+    fn = bm.kernel("oz_certify")        # reads one count's shifts: any table
     inv_div = _inv_div(a.E.shape[0] * b.E.shape[0])
     for (i0, i1, j0, j1) in tiles:
         P = bm.tile(i0, i1, j0, j1)

@@ -272,27 +272,36 @@ class CudaEngine(Engine):
 
     def _complex_product(self, a3, b3, plan, out3, alpha, beta, c3, bound3):
         """Complex stacks (``docs/spec.md`` §11, :mod:`.complex`); NumPy operands go
-        through the device and back."""
+        through the device and back (Inf/NaN is found on the device, in the embedding's
+        pass: no host pass over the operands)."""
         host = isinstance(a3, np.ndarray)
         with translating("CUDA engine (complex)"):
-            if host:
-                if not (np.isfinite(a3).all() and np.isfinite(b3).all()):
-                    return DECLINED
-                d_a, d_b = cupy.asarray(a3), cupy.asarray(b3)
+            if not host:
+                ok = complex_.product_stacks(a3, b3, plan, out3, alpha=alpha, beta=beta,
+                                             c3=c3, bound3=bound3)
+                return DONE if ok else DECLINED
+            stream = staging.thread_stream()
+            with stream:
+                # Pinned, chunked transfers on the staging threads (as the real host path);
+                # the stacks stay whole (one upload per operand).
+                (d_a, fa), (d_b, fb) = (staging.upload_start(x, stream) for x in (a3, b3))
+                d_c = None if c3 is None else cupy.asarray(c3)
                 d_out = cupy.empty(out3.shape, dtype=np.complex128)
                 d_bound = None if bound3 is None else cupy.empty(bound3.shape)
-                d_c = None if c3 is None else cupy.asarray(c3)
-            else:
-                d_a, d_b, d_out, d_bound, d_c = a3, b3, out3, bound3, c3
-            if not complex_.product_stacks(d_a, d_b, plan, d_out, alpha=alpha, beta=beta,
-                                           c3=d_c, bound3=d_bound):
-                return DECLINED
-            if not host:
-                return DONE
-            out3[...] = cupy.asnumpy(d_out)
-            if bound3 is not None:
-                bound3[...] = cupy.asnumpy(d_bound)
-        return OVERFLOW if np.isinf(out3).any() else DONE
+                staging.wait(fa + fb)
+                if not complex_.product_stacks(d_a, d_b, plan, d_out, alpha=alpha, beta=beta,
+                                               c3=d_c, bound3=d_bound):
+                    return DECLINED
+                overflow = cupy.isinf(d_out.view(np.float64)).any()   # on the device
+                for host_arr, dev in ((out3, d_out), (bound3, d_bound)):
+                    if host_arr is None:
+                        continue
+                    if host_arr.flags.c_contiguous:
+                        staging.download(dev, host_arr, stream)
+                    else:
+                        host_arr[...] = cupy.asnumpy(dev, stream=stream)
+                overflow = bool(overflow.get())
+        return OVERFLOW if overflow else DONE
 
     def moduli_for(self, A, B, plan):
         with translating("CUDA engine"):

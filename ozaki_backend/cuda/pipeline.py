@@ -35,7 +35,7 @@ from ..spec import certificate as spec
 from ..spec import tiling
 from ..spec.moduli import MAX_MODULI, MODULI
 from . import certificate, crt, modgemm, modprod, residues, scaling, symmetric, tuning
-from ._common import KPAD, Workspace, free_device_bytes, round_up
+from ._common import KPAD, REAL_TABLE, Workspace, free_device_bytes, round_up
 from .errors import CudaEngineError, WorkspaceTooSmall
 from .scaling import BoundMatrix
 
@@ -227,11 +227,19 @@ class Prepared:
     ----------
     A, Bt : the operands read row-wise; S : the equilibration exponents;
     a, b : :class:`~.scaling.Side` of A's rows and B's columns;
-    bm : :class:`~.scaling.BoundMatrix` and ``btiles`` its tiles; k, kpad, mode.
+    bm : :class:`~.scaling.BoundMatrix` and ``btiles`` its tiles; k, kpad, mode;
+    table : the :class:`~._common.CountTable` the counts and kept bits are of.
+
+    ``equilibrate=False`` reads the operands as they are (``S`` is None): the complex
+    scheme builds its embedding from parts it has already scaled by its own rule, which
+    ties the exponents of ``k`` and ``k + K``. ``table`` is
+    :data:`~._common.REAL_TABLE` unless given.
     """
 
-    def __init__(self, A, B, mode, ph=None, certify=True, sym=False, Bt=None, block=None):
+    def __init__(self, A, B, mode, ph=None, certify=True, sym=False, Bt=None, block=None,
+                 equilibrate=True, table=REAL_TABLE):
         ph = ph or _nothing
+        self.table = table
         self.A, self.Bt = A, (B.T if Bt is None else Bt)
         self.sym = sym
         m, self.k = A.shape
@@ -242,7 +250,8 @@ class Prepared:
             # [Inf/NaN flag (above 1024), count, uncertified elements]: the one small
             # array the usual path reads back.
             self.st = cupy.zeros(3, dtype=np.int32)
-            self.S, _, _ = scaling.equilibration(self.A, self.Bt, block)
+            self.S = (scaling.equilibration(self.A, self.Bt, block)[0] if equilibrate
+                      else None)
             self.a = scaling.side_statistics(self.A, self.S, -1, mode, gmax=self.st[:1],
                                              block=block)
             self.b = scaling.side_statistics(self.Bt, self.S, +1, mode, gmax=self.st[:1],
@@ -257,7 +266,8 @@ class Prepared:
             self.bm = BoundMatrix(self.a, self.b, self.S, kpad, tm, tn) if need else None
             if self.bm is not None:
                 self.bm.symmetric = sym and len(self.btiles) == 1
-            scaling.kept_bits(self.a, self.b, self.bm, self.btiles if need else [], mode)
+            scaling.kept_bits(self.a, self.b, self.bm, self.btiles if need else [], mode,
+                              table)
             if sym:
                 # B = A.T: both sides take the row rule (t = s), as the reference's
                 # scaling.shifts does for a symmetric product.
@@ -271,7 +281,7 @@ class Prepared:
         st = self.st
         if certify:
             certificate.counts_into(self.a, self.b, self.bm, self.btiles, self.k, st,
-                                    fixed=fixed)
+                                    fixed=fixed, table=self.table)
         return st
 
     def shifts(self, n_moduli):

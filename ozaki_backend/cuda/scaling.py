@@ -27,11 +27,11 @@ from dataclasses import dataclass
 import cupy
 import numpy as np
 
-from ..spec.moduli import MAX_MODULI, MIN_MODULI
 from ..spec.rules import BOUND_KMAX, fast_quant_bits
 from ..spec.tiling import mirrored_blocks, symmetric_tiles
 from . import loader
-from ._common import INT_MAX, INT_MIN, KPAD, LDC_PAD, as_rows, blocks, h_params, lam1, round_up
+from ._common import (INT_MAX, INT_MIN, KPAD, LDC_PAD, REAL_TABLE, CountTable, as_rows,
+                      blocks, h_params, lam1, round_up)
 from .modgemm import gemm_tn
 
 #: Reduction length per block of the row reductions (kernels/scaling.cu OZ_KR).
@@ -42,8 +42,8 @@ _PR = 512
 #: tiles per block of the column-exponent kernel (OZ_CE_TILES).
 _TR, _TK = 32, 64
 _CE_TILES = 8
-#: Moduli counts of the per-count tables (OZ_NLO .. OZ_NLO + OZ_NN - 1).
-COUNTS = tuple(range(MIN_MODULI, MAX_MODULI + 1))
+#: Moduli counts of the real table's per-count tables (OZ_NLO .. OZ_NLO + OZ_NN - 1).
+COUNTS = REAL_TABLE.counts
 #: Longest k the int32 bound GEMM takes in one call, a multiple of KPAD.
 BOUND_CHUNK = BOUND_KMAX // KPAD * KPAD
 
@@ -58,24 +58,29 @@ def _reduce_grid(rows, cols, rows_fast):
 _tables = {}
 
 
-def count_tables():
-    """Device arrays ``(eh, fh, empty)`` for the counts 2..20: frexp exponent and 52-bit
-    fraction field of each ``H_f``, and ``lambda(1) - floor(lambda(1) / 2)``."""
-    dev = cupy.cuda.Device().id
-    t = _tables.get(dev)
+def count_tables(table: CountTable = REAL_TABLE):
+    """Device arrays ``(eh, fh, empty)`` for the counts of ``table``: frexp exponent and
+    52-bit fraction field of each ``H_f``, and ``lambda(1) - floor(lambda(1) / 2)``."""
+    key = (cupy.cuda.Device().id, table.name)
+    t = _tables.get(key)
     if t is None:
         eh, fh, empty = [], [], []
-        for N in COUNTS:
-            e, f = h_params(N)
+        for N in table.counts:
+            e, f = h_params(N, table)
             eh.append(int(e))
             fh.append(int(f))
-            l1 = lam1(N)
+            l1 = lam1(N, table)
             empty.append(l1 - l1 // 2)
         t = (cupy.asarray(np.array(eh, dtype=np.int32)),
              cupy.asarray(np.array(fh, dtype=np.uint64)),
              cupy.asarray(np.array(empty, dtype=np.int32)))
-        _tables[dev] = t
+        _tables[key] = t
     return t
+
+
+def kernel(name: str, table: CountTable = REAL_TABLE):
+    """A kernel of ``kernels/scaling.cu`` compiled for ``table``'s counts."""
+    return loader.get_function("scaling.cu", name, defines=table.defines)
 
 
 # --------------------------------------------------------------------------- stage 0
@@ -119,15 +124,19 @@ def equilibration(A, Bt, block=None):
     """``(S, amax, bmax)``: the equilibration exponents (int32, length k) of
     ``A (m x k)`` and ``B = Bt.T`` (spec §2.1), and the per-k exponent maxima (above
     1024: an Inf/NaN entry). ``block``: read the operands in row blocks of that many
-    rows (same result)."""
-    k = A.shape[1]
+    rows (same result). ``A`` and ``Bt`` may each be a tuple of views with the same
+    columns: the rule then sees their rows stacked (the complex scheme's ``[Ar; Ai]``
+    and ``[Br, Bi]``, read in place)."""
+    As = A if isinstance(A, tuple) else (A,)
+    Bs = Bt if isinstance(Bt, tuple) else (Bt,)
+    k = As[0].shape[1]
     ex = cupy.empty((4, k), dtype=np.int32)      # a_max, a_min, b_max, b_min
     S = cupy.empty(k, dtype=np.int32)
     if k:
         init_ints(ex, INT_MIN, INT_MAX, INT_MIN, INT_MAX)
-        for X in row_blocks(A, block):
+        for X in (Xb for X in As for Xb in row_blocks(X, block)):
             column_exponents(X, ex[0], ex[1])
-        for X in row_blocks(Bt, block):
+        for X in (Xb for X in Bs for Xb in row_blocks(X, block)):
             column_exponents(X, ex[2], ex[3])
         loader.get_function("scaling.cu", "oz_equilibrate")(
             (1,), (1024,), (ex[0], ex[1], ex[2], ex[3], np.int32(k), S))
@@ -348,24 +357,25 @@ class BoundMatrix:
             self._tile_key = (i0, i1, j0, j1)
         return self.P
 
-    def kernel(self, name):
+    def kernel(self, name, table: CountTable = REAL_TABLE):
         """The ``_i32`` or ``_i64`` variant of a kernel reading P tiles."""
-        return loader.get_function("scaling.cu",
-                                   f"{name}_{'i64' if self.P.dtype == np.int64 else 'i32'}")
+        return kernel(f"{name}_{'i64' if self.P.dtype == np.int64 else 'i32'}", table)
 
 
-def kept_bits(a: Side, b: Side, bm: BoundMatrix, tiles, mode):
-    """Fill ``a.kept`` (19 x m) and ``b.kept`` (19 x n): the bits kept of each row's and
-    column's largest element for every count 2..20 (spec §2). Both modes quantise the
-    bound GEMM's operands here (the certificate needs ``P``, ``SA``, ``SB`` anyway)."""
+def kept_bits(a: Side, b: Side, bm: BoundMatrix, tiles, mode,
+              table: CountTable = REAL_TABLE):
+    """Fill ``a.kept`` (NN x m) and ``b.kept`` (NN x n): the bits kept of each row's and
+    column's largest element for every count of ``table`` (spec §2; NN counts, 19 for
+    the real table's 2..20). Both modes quantise the bound GEMM's operands here (the
+    certificate needs ``P``, ``SA``, ``SB`` anyway)."""
     m, n = a.E.shape[0], b.E.shape[0]
-    eh, fh, empty = count_tables()
-    NN = len(COUNTS)
+    eh, fh, empty = count_tables(table)
+    NN = len(table.counts)
     a.kept = cupy.empty((NN, m), dtype=np.int32)
     b.kept = cupy.empty((NN, n), dtype=np.int32)
     if mode == "fast":
         D = np.int32(fast_quant_bits(a.X_op.shape[1]))
-        fn = loader.get_function("scaling.cu", "oz_kept_fast")
+        fn = kernel("oz_kept_fast", table)
         for side, rows in ((a, m), (b, n)):
             if rows:
                 fn((blocks(rows),), (256,), (side.Sq, np.int32(rows), D, eh, fh, side.kept))
@@ -381,10 +391,10 @@ def kept_bits(a: Side, b: Side, bm: BoundMatrix, tiles, mode):
                 a.SA[i0:i1], a.n[i0:i1], b.SA[j0:j1], b.n[j0:j1], rmax[i0:i1]))
     sigma = cupy.empty((NN, m), dtype=np.int32)
     if m:
-        loader.get_function("scaling.cu", "oz_sigma_all")(
+        kernel("oz_sigma_all", table)(
             (blocks(m),), (256,), (rmax, np.int32(m), eh, fh, sigma))
     tau = cupy.full((NN, n), INT_MAX, dtype=np.int32)
-    colmin = bm.kernel("oz_u_colmin")
+    colmin = bm.kernel("oz_u_colmin", table)
     # Visit the tiles in reverse so that the last P tile of the first pass is reused.
     for (i0, i1, j0, j1) in reversed(tiles):
         P = bm.tile(i0, i1, j0, j1)
@@ -393,7 +403,7 @@ def kept_bits(a: Side, b: Side, bm: BoundMatrix, tiles, mode):
                (P, np.int64(P.shape[1]), np.int32(i1 - i0), np.int32(j1 - j0),
                 a.SA[i0:i1], a.n[i0:i1], b.SA[j0:j1], b.n[j0:j1],
                 sigma[0, i0:], np.int32(m), eh, fh, tau[0, j0:], np.int32(n)))
-    fin = loader.get_function("scaling.cu", "oz_kept_accurate")
+    fin = kernel("oz_kept_accurate", table)
     if m:
         fin((blocks(m),), (256,), (sigma, np.int32(m), empty, a.kept))
     if n:

@@ -31,8 +31,12 @@ def cmat(shape, phi, rng):
 
 def test_complex_source_assembles():
     src = loader.read_source("complex.cu")
-    assert "oz_cx_residues" in src and "oz_cx_recombine" in src
+    for name in ("oz_cx_embed_a", "oz_cx_embed_b", "oz_cx_residues", "oz_cx_flags"):
+        assert f"\n{name}(" in src or f" {name}(" in src, name
+    assert '#line 1 "kernels/residue_digits.cuh"' in src
     assert '#line 1 "kernels/common.cuh"' in src
+    crt = loader.read_source("crt.cu")
+    assert "#ifdef OZ_CX_MAX" in crt and "oz_cx_crt(" in crt
 
 
 @pytest.mark.parametrize("n", [MIN_MODULI, 9, MAX_COMPLEX_MODULI])
@@ -67,6 +71,57 @@ def test_real_prelude_keeps_its_constants():
     assert mh == mhn and M % 2 == 0
 
 
+def test_complex_table_prelude_matches_the_spec_and_the_residue_proof():
+    """The generated table is the spec's (moduli, roots, inverses of 2 and 2r), and every
+    ``fl(1/m)`` meets step (2) of ``residue_digits.cuh``'s proof exactly:
+    ``2^52 |fl(1/m) - 1/m| < 1/(2m)`` (the float64 residue path for any odd m < 256)."""
+    from fractions import Fraction
+    text = _prelude.complex_table_prelude()
+    cc = complex_crt_constants(MAX_COMPLEX_MODULI)
+
+    def table(name):
+        body = re.search(rf"{name}\(int l\) {{ return (.*?); }}", text).group(1)
+        return [int(x) for x in re.findall(r"(\d+)u", body)]     # "l == i ? <m>u : ..."
+
+    assert table("oz_cx_modulus") == list(cc.moduli)
+    assert table("oz_cx_root") == list(cc.roots)
+    body = re.search(r"oz_cx_inv_tab\[OZ_CX_MAX\] = \{([^}]*)\}", text).group(1)
+    invs = [float.fromhex(h.strip()) for h in body.split(",")]
+    assert len(invs) == MAX_COMPLEX_MODULI
+    for p, inv in zip(cc.moduli, invs):
+        assert p % 2 == 1 and p < 256
+        assert inv == 1.0 / p
+        assert 2 ** 52 * abs(Fraction(inv) - Fraction(1, p)) < Fraction(1, 2 * p)
+    for p, r in zip(cc.moduli, cc.roots):
+        assert (r * r + 1) % p == 0
+
+
+@pytest.mark.parametrize("n", [MIN_MODULI, 16, MAX_COMPLEX_MODULI])
+def test_complex_crt_weights_fold_the_recombination(n):
+    """``OZ_W2``/``OZ_W2R`` (the weights oz_cx_crt multiplies ``c1 + c2`` and
+    ``c1 - c2 + m`` by) are ``w_l 2^-1`` and ``w_l (2r)^-1`` modulo ``M``: congruent to
+    the recombined residue's CRT term modulo every modulus, for every residue pair."""
+    cc = complex_crt_constants(n)
+    text = _prelude.complex_crt_prelude(n)
+    L = int(re.search(r"#define OZ_L (\d+)", text).group(1))
+
+    def table(name):
+        body = re.search(rf"{name}\[OZ_N\]\[OZ_L\] = \{{(.*)\}};", text).group(1)
+        rows = re.findall(r"\{([^{}]*)\}", body)
+        return [sum(int(v.strip().rstrip("u")) << (32 * t) for t, v in
+                    enumerate(r.split(","))) for r in rows]
+
+    w2, w2r = table("OZ_W2"), table("OZ_W2R")
+    assert len(w2) == len(w2r) == n
+    for l, p in enumerate(cc.moduli):
+        assert w2[l] < cc.M and w2r[l] < cc.M
+        for q in cc.moduli:          # w_l is 1 modulo m_l and 0 modulo the others
+            want2 = pow(2, -1, p) if q == p else 0
+            want2r = pow(2 * cc.roots[l], -1, p) if q == p else 0
+            assert w2[l] % q == want2 % q and w2r[l] % q == want2r % q
+    assert 2 * max(cc.moduli) * n * cc.M < 2 ** (32 * L - 1)
+
+
 # --------------------------------------------------------------------------- GPU
 
 gpu = pytest.mark.gpu
@@ -79,47 +134,60 @@ def cupy():
 
 @gpu
 @pytest.mark.parametrize("N", [MIN_MODULI, 16, MAX_COMPLEX_MODULI])
-def test_residue_planes_and_gaussian_map(cupy, N):
+@pytest.mark.parametrize("scale,shifts", [(0, (-5, 40)), (40, (-20, 30)), (60, (20, 60)),
+                                          (100, (20, 40)), (0, (-1700, -1600))],
+                         ids=["1digit", "2-3digits", "3digits", "integer", "huge-shift"])
+@pytest.mark.parametrize("negate", [False, True])
+def test_residue_planes_and_gaussian_map(cupy, N, scale, shifts, negate):
+    """Every path of the residue kernel (one, two, three float64 digits, the integer
+    path; its warp vote), both signs of the imaginary part, against the reference."""
     from ozaki_backend.cuda import complex as ccx
     rng = np.random.default_rng(N)
-    Xr = phi_matrix((13, 37), 4.0, rng) * 2.0 ** 40
-    Xi = phi_matrix((13, 37), 4.0, rng) * 2.0 ** 40
+    Xr = phi_matrix((45, 77), 4.0, rng) * 2.0 ** scale
+    Xi = phi_matrix((45, 77), 4.0, rng) * 2.0 ** scale
     Xr[2, 3] = 5e-324
     Xi[4] = 0.0
-    s = rng.integers(-20, 30, 13)
+    Xr[7, :9] = -Xr[7, :9]
+    s = rng.integers(shifts[0], shifts[1], 45)
+    if negate:
+        Xi_dev = -Xi
+    else:
+        Xi_dev = Xi
     cc = complex_crt_constants(N)
     from ozaki_backend.reference import scaling
     Rr = rres.residues(scaling.truncate(Xr, s), cc.moduli)
     Ri = rres.residues(scaling.truncate(Xi, s), cc.moduli)
     U, V = rcx.gaussian_residues(Rr, Ri, cc.moduli, cc.roots)
-    dU, dV = ccx.residue_planes(cupy.asarray(Xr), cupy.asarray(Xi), cupy.asarray(s), N)
-    assert_same_bits(dU[:, :, :37].get(), U)
-    assert_same_bits(dV[:, :, :37].get(), V)
-    assert not dU[:, :, 37:].any() and not dV[:, :, 37:].any()
+    dU, dV = ccx.residue_planes(cupy.asarray(Xr), cupy.asarray(Xi_dev), cupy.asarray(s), N,
+                                negate_imag=negate)
+    assert_same_bits(dU[:, :, :77].get(), U)
+    assert_same_bits(dV[:, :, :77].get(), V)
+    assert not dU[:, :, 77:].any() and not dV[:, :, 77:].any()
 
 
 @gpu
-def test_recombine_and_crt(cupy):
+@pytest.mark.parametrize("N", [MIN_MODULI, 16, MAX_COMPLEX_MODULI])
+def test_recombine_and_crt(cupy, N):
+    """The fused recombination + CRT against the reference's two stages, from raw int32
+    products (negative ones included), into a strided complex view."""
     from ozaki_backend.cuda import complex as ccx
-    from ozaki_backend.cuda import crt as ccrt
     rng = np.random.default_rng(3)
-    N = 16
     cc = complex_crt_constants(N)
     C1 = rng.integers(-2**30, 2**30, (N, 9, 16)).astype(np.int32)
     C2 = rng.integers(-2**30, 2**30, (N, 9, 16)).astype(np.int32)
     p = np.array(cc.moduli)[:, None, None]
     re, im = rcx.recombine((C1 % p).astype(np.int16), (C2 % p).astype(np.int16), cc)
-    RE, IM = ccx.recombine(cupy.asarray(C1), cupy.asarray(C2), N, 9, 11)
-    assert_same_bits(RE[:, :, :11].get().astype(np.int16), re[:, :, :11])
-    assert_same_bits(IM[:, :, :11].get().astype(np.int16), im[:, :, :11])
     s = rng.integers(-10, 10, 9)
     t = rng.integers(-10, 10, 11)
-    ref = rcrt.reconstruct_round(re[:, :, :11], cc.moduli, s, t)
-    out = cupy.empty((9, 11))
-    ccrt.crt_into(RE, N, 9, 11, cupy.asarray(s, dtype=np.int32),
-                  cupy.asarray(t, dtype=np.int32), out,
-                  table_prelude=_prelude.complex_crt_prelude(N))
+    ref = rcx.compose(rcrt.reconstruct_round(re[:, :, :11], cc.moduli, s, t),
+                      rcrt.reconstruct_round(im[:, :, :11], cc.moduli, s, t))
+    big = cupy.zeros((9, 22), dtype=np.complex128)
+    out = big[:, ::2]
+    ccx.recombine_crt_into(cupy.asarray(C1), cupy.asarray(C2), N, 9, 11,
+                           cupy.asarray(s, dtype=np.int32), cupy.asarray(t, dtype=np.int32),
+                           out)
     assert_same_bits(out.get(), ref)
+    assert not big[:, 1::2].any()
 
 
 @gpu
@@ -187,3 +255,98 @@ def test_residual_pass_bitwise(cupy):
     got, gb = ob.matmul(A, B, engine="cuda", return_bound=True)
     assert_same_bits(got, ref)
     assert_same_bits(gb, rb)
+
+
+# --------------------------------------------------------------------------- scaling stage
+
+def _complex_family(name, m, k, n, seed, shared=True):
+    """Complex operands of one accuracy family. ``shared``: the family's operands times
+    random unit phases, so that both parts carry the same structure (k-scaling,
+    grading, ...), as in a complex matrix with that structure; otherwise real and
+    imaginary parts drawn independently (parts of unrelated scales)."""
+    from ozaki_backend.testing import family_operands
+    rng = np.random.default_rng(seed)
+    Ar, Br = family_operands(name, m, k, n, rng)
+    if shared:
+        return (Ar * np.exp(2j * np.pi * rng.random(Ar.shape)),
+                Br * np.exp(2j * np.pi * rng.random(Br.shape)))
+    Ai, Bi = family_operands(name, m, k, n, rng)
+    return Ar + 1j * Ai, Br + 1j * Bi
+
+
+@gpu
+@pytest.mark.parametrize("mode", ["fast", "accurate"])
+@pytest.mark.parametrize("name", ["phi2", "kscaled2_300", "kscaled1", "graded",
+                                  "kscaled_graded", "triangular"])
+def test_embedding_statistics_and_tied_shifts(cupy, name, mode):
+    """The equilibrated embedding, the tied shifts at every count and the certificate's
+    count from the device's real kernels over the complex table are the reference's."""
+    from ozaki_backend.cuda import complex as ccx
+    from ozaki_backend.reference import scaling as rsc
+    A, B = _complex_family(name, 23, 70, 19, 11)
+    parts = rcx.equilibrate_parts(A.real.copy(), A.imag.copy(), B.real.copy(),
+                                  B.imag.copy())
+    Ah_ref, Bh_ref = rcx.embed(*parts)
+    st = rsc.statistics(Ah_ref, Bh_ref, mode)
+    dA, dB = cupy.asarray(A), cupy.asarray(B)
+    Ah, Bh, prep = ccx.prepare(dA.real, dA.imag, dB.real, dB.imag, mode)
+    assert_same_bits(Ah.get(), Ah_ref)
+    assert_same_bits(Bh.get(), np.ascontiguousarray(Bh_ref.T))
+    for N in range(MIN_MODULI, MAX_COMPLEX_MODULI + 1):
+        s_ref, t_ref = rcx.shifts(st, N, mode)
+        s, t = prep.shifts(N)
+        np.testing.assert_array_equal(s.get(), s_ref)
+        np.testing.assert_array_equal(t.get(), t_ref)
+    N_ref, ok = rcx.choose_count(st, mode)
+    _, need, unsure = (int(v) for v in prep.status(True).get())
+    from ozaki_backend.cuda import certificate
+    from ozaki_backend.cuda._common import COMPLEX_TABLE
+    assert certificate.chosen_count(need, unsure, COMPLEX_TABLE) == N_ref
+    assert (unsure == 0) == ok
+
+
+@gpu
+@pytest.mark.parametrize("mode", ["fast", "accurate"])
+def test_families_bitwise_equal_to_cpu(cupy, mode):
+    """Every accuracy family (shared structure, and parts drawn independently), with
+    bounds: the same outcome as the CPU engine and its bits, except that a native
+    fallback is the native product of each engine (ZGEMM vs NumPy): there the bound is
+    the same and both results lie within it."""
+    import warnings
+    from ozaki_backend.testing import FAMILIES, exact_complex_matmul
+    for i, name in enumerate(FAMILIES):
+        for shared in (True, False):
+            A, B = _complex_family(name, 33, 150, 29, 100 + i, shared)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ob.NativeFallbackWarning)
+                ob.reset_stats()
+                ref, rb = ob.matmul(A, B, engine="cpu", return_bound=True, mode=mode)
+                st_ref = ob.stats()["certificate"]
+                ob.reset_stats()
+                got, gb = ob.matmul(A, B, engine="cuda", return_bound=True, mode=mode)
+                st = ob.stats()["certificate"]
+            what = f"{name} shared={shared}"
+            assert st == st_ref, what
+            assert_same_bits(gb, rb, what)
+            if "native fallback" in st:
+                E = exact_complex_matmul(A, B)
+                fin = np.isfinite(E)        # an overflowing exact product: no bound
+                assert (np.abs(got - E) <= gb)[fin].all(), what
+            else:
+                assert_same_bits(got, ref, what)
+
+
+@gpu
+def test_interleaved_views_and_transposes(cupy):
+    """Complex operands as transposed / non-contiguous device views: the parts are read
+    in place with their strides, same bits."""
+    rng = np.random.default_rng(8)
+    A, B = cmat((40, 70), 1.0, rng), cmat((70, 30), 1.0, rng)
+    ref = ob.matmul(A, B, engine="cpu")
+    dA = cupy.asfortranarray(cupy.asarray(A))
+    dB = cupy.asarray(np.ascontiguousarray(B.T)).T
+    assert_same_bits(ob.matmul(dA, dB, engine="cuda").get(), ref)
+    big = cupy.asarray(cmat((80, 140), 1.0, rng))
+    view = big[::2, ::2]
+    assert_same_bits(ob.matmul(view, dB, engine="cuda").get(),
+                     ob.matmul(view.get(), B, engine="cpu"))
