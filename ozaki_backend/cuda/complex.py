@@ -67,6 +67,18 @@ def _kernel(name):
 
 # --------------------------------------------------------------------------- embedding
 
+def _parts(Xr, Xi):
+    """``(Xr, Xi, rs, cs, rows_fast)``: the two parts as float64 views with one pair of
+    element strides, as the kernels read them (:func:`._common.as_rows`); contiguous
+    copies when their strides differ or are not whole elements."""
+    X, rs, cs, rf = as_rows(Xr)
+    Y, rsi, csi, _ = as_rows(Xi)
+    if (rs, cs) != (rsi, csi) or X is not Xr or Y is not Xi:
+        Y = cupy.ascontiguousarray(Xi)
+        X, rs, cs, rf = as_rows(cupy.ascontiguousarray(Xr))
+    return X, Y, rs, cs, rf
+
+
 def embedding(Ar, Ai, Br, Bi, flags=None):
     """``(Â, B̂ᵀ, S)``: the real embedding of the equilibrated parts (float64 views of
     any strides, ``Ar``/``Ai`` (m, k), ``Br``/``Bi`` (k, n)): ``Â = [Ar, -Ai] 2^-S``
@@ -82,19 +94,11 @@ def embedding(Ar, Ai, Br, Bi, flags=None):
     Ah = cupy.empty((m, 2 * k), dtype=np.float64)
     Bh = cupy.empty((2 * n, 2 * k), dtype=np.float64)
     if m and k:
-        Xr, rs, cs, _ = as_rows(Ar)
-        Xi, rsi, csi, _ = as_rows(Ai)
-        if (rs, cs) != (rsi, csi):
-            Xr, Xi = cupy.ascontiguousarray(Xr), cupy.ascontiguousarray(Xi)
-            rs, cs = np.int64(k), np.int64(1)
+        Xr, Xi, rs, cs, _ = _parts(Ar, Ai)
         _kernel("oz_cx_embed_a")(
             (blocks(m * k),), (256,), (Xr, Xi, rs, cs, np.int32(m), np.int32(k), S, Ah, fa))
     if n and k:
-        Yr, rs, cs, _ = as_rows(Br)
-        Yi, rsi, csi, _ = as_rows(Bi)
-        if (rs, cs) != (rsi, csi):
-            Yr, Yi = cupy.ascontiguousarray(Yr), cupy.ascontiguousarray(Yi)
-            rs, cs = np.int64(n), np.int64(1)
+        Yr, Yi, rs, cs, _ = _parts(Br, Bi)
         _kernel("oz_cx_embed_b")(
             (-(-n // 32), -(-k // 32)), (32, 8),
             (Yr, Yi, rs, cs, np.int32(k), np.int32(n), S, Bh, fb))
@@ -142,9 +146,7 @@ def residue_planes(Xr, Xi, shift, n_moduli, negate_imag=False):
     U = cupy.empty((n_moduli, rows, kpad), dtype=np.int8)
     V = cupy.empty_like(U)
     if rows:
-        if Xr.strides != Xi.strides or any(st % 8 for st in Xr.strides):
-            Xr, Xi = cupy.ascontiguousarray(Xr), cupy.ascontiguousarray(Xi)
-        Xr, rs, cs, rf = as_rows(Xr)            # both parts: the same strides
+        Xr, Xi, rs, cs, rf = _parts(Xr, Xi)
         _kernel("oz_cx_residues")(
             (-(-kpad // 64), -(-rows // 32)), (1024,),    # kernels/complex.cu OZ_CX_THREADS
             (Xr, Xi, rs, cs, np.int32(rows), np.int32(cols), rf, np.int32(kpad),
