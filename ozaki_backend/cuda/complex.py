@@ -194,10 +194,24 @@ def products(RA, RB, n_moduli, rows, cols, kpad):
     return C
 
 
+def workspace_bytes(tm, tn, kpad, N):
+    """Device bytes of one output tile of the integer product: the residue planes of
+    both maps for ``tm`` rows of A and ``tn`` columns of B, and the two int32 product
+    planes (with the chunk buffers of a reduction beyond ``KSPLIT``)."""
+    ldc = round_up(max(tn, 1), LDC_PAD)
+    planes = 2 * N * kpad * (tm + tn)
+    prods = 2 * 4 * N * tm * ldc
+    if kpad > KSPLIT:
+        prods += 4 * N * tm * ldc + N * KSPLIT * (tm + tn)
+    return planes + prods
+
+
 def integer_product_into(Ah, Bh, s, t, n_moduli, out, ph=None):
     """``out = RN(Re A'B' 2^(-s-t)) + i RN(Im A'B' 2^(-s-t))`` (complex128 ``(m, n)``)
     for the Gaussian integers of the embedding's scaled parts (``Ah``, ``Bh``: from
-    :func:`embedding`) with exponents ``s`` (m,) and ``t`` (n,)."""
+    :func:`embedding`) with exponents ``s`` (m,) and ``t`` (n,), tile by tile within the
+    workspace budget (:func:`.pipeline.tiles_for`; every element is computed alone, so
+    the tiles give the same bits)."""
     ph = ph or pipeline._nothing
     m = Ah.shape[0]
     k = Ah.shape[1] // 2
@@ -205,16 +219,26 @@ def integer_product_into(Ah, Bh, s, t, n_moduli, out, ph=None):
     N = n_moduli
     kpad = round_up(max(k, 1), KPAD)
     Ar, Ain, BrT, BiT = halves(Ah, Bh)
-    with ph("residues"):
-        UA, VA = residue_planes(Ar, Ain, s, N, negate_imag=True)
-        UB, VB = residue_planes(BrT, BiT, t, N)
-    with ph("gemms"):
-        C1 = products(UA, UB, N, m, n, kpad)
-        C2 = products(VA, VB, N, m, n, kpad)
-    del UA, VA, UB, VB
-    with ph("crt"):
-        recombine_crt_into(C1, C2, N, m, n, s.astype(np.int32, copy=False),
-                           t.astype(np.int32, copy=False), out)
+    s32, t32 = s.astype(np.int32, copy=False), t.astype(np.int32, copy=False)
+    tm, tn = pipeline.tiles_for(m, n, lambda tm, tn: workspace_bytes(tm, tn, kpad, N))
+    for j0 in range(0, n, tn):
+        j1 = min(n, j0 + tn)
+        with ph("residues"):
+            UB, VB = residue_planes(BrT[j0:j1], BiT[j0:j1], t32[j0:j1], N)
+        for i0 in range(0, m, tm):
+            i1 = min(m, i0 + tm)
+            with ph("residues"):
+                UA, VA = residue_planes(Ar[i0:i1], Ain[i0:i1], s32[i0:i1], N,
+                                        negate_imag=True)
+            with ph("gemms"):
+                C1 = products(UA, UB, N, i1 - i0, j1 - j0, kpad)
+                C2 = products(VA, VB, N, i1 - i0, j1 - j0, kpad)
+            del UA, VA
+            with ph("crt"):
+                recombine_crt_into(C1, C2, N, i1 - i0, j1 - j0, s32[i0:i1], t32[j0:j1],
+                                   out[i0:i1, j0:j1])
+            del C1, C2
+        del UB, VB
 
 
 def flags_into(X, flags):
@@ -373,7 +397,24 @@ def product_2d(A, B, plan, *, want_bound=False, phases=None, real_a=None, real_b
         return _compose(C, cupy.zeros_like(C)), b
     if A.dtype.kind != "c" or B.dtype.kind != "c":
         return _mixed(A, B, plan, want_bound)
-    flags = None if known else cupy.zeros(4, dtype=np.int32)
+    done, res = pipeline.with_retries(
+        lambda: _complex_once(A, B, plan, want_bound, phases, None if known else
+                              cupy.zeros(4, dtype=np.int32), out))
+    if done:
+        return res
+    # Out of device memory even with the smallest tiles: ZGEMM (less memory), warned.
+    warn_native(res)
+    _stats.record_certificate(NATIVE)
+    C = cupy.matmul(A, B)
+    return C, (cupy.full((m, n), np.inf) if want_bound else None)
+
+
+def _complex_once(A, B, plan, want_bound, phases, flags, out):
+    """One attempt at the product of two complex operands (:func:`product_2d`), within
+    the current workspace budget; ``flags``: a zeroed device array of 4 when the
+    operands were not checked for Inf/NaN and zero imaginary parts yet."""
+    m, k = A.shape
+    n = B.shape[1]
     Ah, Bh, prep = prepare(A.real, A.imag, B.real, B.imag, plan.mode, phases, flags)
     fixed = None if plan.adaptive else fixed_count(plan, k)
     with (phases or pipeline._nothing)("scaling"):

@@ -171,7 +171,7 @@ def workspace_bytes(tm, tn, kpad, N, mode=None, path="cublas") -> int:
                _product_layout(tm, tn, kpad, N, path).nbytes)
 
 
-def _tiles_for(m, n, nbytes, free=None):
+def tiles_for(m, n, nbytes, free=None):
     """``(tm, tn)``: the whole product when ``nbytes(tm, tn)`` fits, else the largest
     halving that does."""
     override = TILE_OVERRIDE
@@ -195,8 +195,8 @@ def _tiles_for(m, n, nbytes, free=None):
 
 
 def choose_tiles(m, n, kpad, N, mode=None, free=None, path="cublas"):
-    """``(tm, tn)`` of the integer product with ``N`` moduli (see :func:`_tiles_for`)."""
-    return _tiles_for(m, n, lambda tm, tn: _product_layout(tm, tn, kpad, N, path).nbytes,
+    """``(tm, tn)`` of the integer product with ``N`` moduli (see :func:`tiles_for`)."""
+    return tiles_for(m, n, lambda tm, tn: _product_layout(tm, tn, kpad, N, path).nbytes,
                       free)
 
 
@@ -259,7 +259,7 @@ class Prepared:
             if block is not None:       # host operands: free the statistics' last blocks
                 for X in (self.A, self.Bt):
                     X.release()
-            tm, tn = _tiles_for(m, n, lambda tm, tn: _bound_layout(tm, tn, kpad).nbytes)
+            tm, tn = tiles_for(m, n, lambda tm, tn: _bound_layout(tm, tn, kpad).nbytes)
             self.btiles = _tile_list(m, n, tm, tn)
             # Fast mode needs the bound GEMM only for the certificate.
             need = certify or mode == "accurate"

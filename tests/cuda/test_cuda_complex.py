@@ -350,3 +350,77 @@ def test_interleaved_views_and_transposes(cupy):
     view = big[::2, ::2]
     assert_same_bits(ob.matmul(view, dB, engine="cuda").get(),
                      ob.matmul(view.get(), B, engine="cpu"))
+
+
+# --------------------------------------------------------------------------- memory
+
+@gpu
+@pytest.mark.parametrize("tile", [(16, 8), (40, 64)])
+@pytest.mark.parametrize("kw", [{}, {"mode": "fast"}])
+def test_tiled_integer_product_bitwise(cupy, tile, kw):
+    """Output tiles (forced small) give the same bits and bounds: every element is
+    computed alone."""
+    from ozaki_backend.cuda import pipeline
+    rng = np.random.default_rng(21)
+    A, B = cmat((70, 90), 2.0, rng), cmat((90, 50), 2.0, rng)
+    ref, rb = ob.matmul(A, B, engine="cpu", return_bound=True, **kw)
+    pipeline.TILE_OVERRIDE = tile
+    try:
+        got, gb = ob.matmul(A, B, engine="cuda", return_bound=True, **kw)
+        dev = ob.matmul(cupy.asarray(A), cupy.asarray(B), engine="cuda", **kw)
+    finally:
+        pipeline.TILE_OVERRIDE = None
+    assert_same_bits(got, ref)
+    assert_same_bits(gb, rb)
+    assert_same_bits(dev.get(), ref)
+
+
+@gpu
+def test_a_budget_below_the_smallest_tile_falls_back_natively(cupy):
+    """The integer product within a budget: a small one tiles it (same bits), one below
+    the smallest tile computes ZGEMM, counted and warned."""
+    import warnings
+    rng = np.random.default_rng(22)
+    A, B = cmat((600, 200), 1.0, rng), cmat((200, 520), 1.0, rng)
+    ref = ob.matmul(A, B, engine="cpu")
+    dA, dB = cupy.asarray(A), cupy.asarray(B)
+    # 16 MiB: the whole integer product needs about 51 MB, tiles of 256 x 320 fit
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ob.NativeFallbackWarning)
+        assert_same_bits(ob.matmul(dA, dB, engine="cuda", workspace=16 << 20).get(), ref)
+    ob.reset_stats()
+    with pytest.warns(ob.NativeFallbackWarning, match="out of memory"):
+        got = ob.matmul(dA, dB, engine="cuda", workspace=1 << 10)
+    assert ob.stats()["certificate"] == {"native fallback": 1}
+    assert_same_bits(got.get(), cupy.matmul(dA, dB).get())
+
+
+@gpu
+def test_out_of_memory_retries_then_falls_back(cupy, monkeypatch):
+    """An out-of-memory error retries with half the budget (same bits); repeated ones end
+    in ZGEMM with a warning."""
+    from ozaki_backend.cuda import complex as ccx
+    from ozaki_backend.cuda import pipeline
+    rng = np.random.default_rng(23)
+    A, B = cmat((40, 60), 1.0, rng), cmat((60, 30), 1.0, rng)
+    ref = ob.matmul(A, B, engine="cpu")
+    real = ccx._complex_once
+    budgets = []
+
+    def flaky(*args, **kw):
+        budgets.append(pipeline.workspace_budget())
+        if len(budgets) == 1:
+            raise cupy.cuda.memory.OutOfMemoryError(1 << 40, 0)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(ccx, "_complex_once", flaky)
+    assert_same_bits(ob.matmul(A, B, engine="cuda"), ref)
+    assert len(budgets) == 2 and budgets[1] <= budgets[0] // 2 + 1
+
+    def always(*args, **kw):
+        raise cupy.cuda.memory.OutOfMemoryError(1 << 40, 0)
+
+    monkeypatch.setattr(ccx, "_complex_once", always)
+    with pytest.warns(ob.NativeFallbackWarning, match="out of memory"):
+        got = ob.matmul(A, B, engine="cuda")
+    np.testing.assert_array_equal(got, cupy.matmul(cupy.asarray(A), cupy.asarray(B)).get())
