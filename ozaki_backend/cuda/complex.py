@@ -262,8 +262,19 @@ def flags_into(X, flags):
                                           np.int32(cols), flags))
 
 
-def _real_part(X):
-    return cupy.ascontiguousarray(X.real)
+def _operand_flags(A, B):
+    """Host int32 ``[A holds Inf/NaN, A has a non-zero imaginary part, the same for B]``
+    (:func:`flags_into`, one read-back)."""
+    f = cupy.zeros(4, dtype=np.int32)
+    flags_into(A, f[:2])
+    flags_into(B, f[2:])
+    return f.get()
+
+
+def _real_if_exact(X, real):
+    """``X``, or its real part when ``X`` is complex and ``real`` (every imaginary part
+    zero): such an operand is multiplied as a real one (§11.5)."""
+    return cupy.ascontiguousarray(X.real) if X.dtype.kind == "c" and real else X
 
 
 def _compose(re, im):
@@ -378,19 +389,12 @@ def product_2d(A, B, plan, *, want_bound=False, phases=None, real_a=None, real_b
     both = A.dtype.kind == "c" and B.dtype.kind == "c"
     known = real_a is not None and real_b is not None
     if not both and not known:
-        f = cupy.zeros(4, dtype=np.int32)
-        flags_into(A, f[:2])
-        flags_into(B, f[2:])
-        f = f.get()
+        f = _operand_flags(A, B)
         if f[0] or f[2]:
             return None
         real_a, real_b = not f[1], not f[3]
         known = True
-    # An operand with every imaginary part zero is multiplied as a real one (§11.5).
-    if A.dtype.kind == "c" and real_a:
-        A = _real_part(A)
-    if B.dtype.kind == "c" and real_b:
-        B = _real_part(B)
+    A, B = _real_if_exact(A, real_a), _real_if_exact(B, real_b)
     if A.dtype.kind != "c" and B.dtype.kind != "c":
         C, b = _real_product(A.astype(np.float64, copy=False),
                              B.astype(np.float64, copy=False), plan, want_bound)
@@ -486,14 +490,8 @@ def moduli_for(A, B, plan):
     """The count ``plan`` uses for the complex product ``A @ B`` (mirrors the
     reference's :func:`~ozaki_backend.reference.complex.moduli_for`)."""
     A, B = cupy.asarray(A), cupy.asarray(B)
-    f = cupy.zeros(4, dtype=np.int32)
-    flags_into(A, f[:2])
-    flags_into(B, f[2:])
-    f = f.get()
-    if A.dtype.kind == "c" and not f[1]:
-        A = _real_part(A)
-    if B.dtype.kind == "c" and not f[3]:
-        B = _real_part(B)
+    f = _operand_flags(A, B)
+    A, B = _real_if_exact(A, not f[1]), _real_if_exact(B, not f[3])
     if A.dtype.kind != "c" and B.dtype.kind != "c":
         return pipeline.moduli_for(A, B, plan)
     if A.dtype.kind != "c":
