@@ -483,27 +483,26 @@ def run(args, argv=()) -> int:
     if args.complex_only:
         shapes = []
         args.phase22_sizes = ""
+    def done_one():
+        """After each measurement: free the pool, and keep the partial results in the
+        JSON file if a later measurement dies."""
+        cp.get_default_memory_pool().free_all_blocks()
+        if args.json:
+            _write(args.json, to_document(report, machine, command, reps=args.reps,
+                                          err_rows=args.err_rows, commit=commit))
+
     for n in (int(x) for x in args.complex.split(",") if x):
         log(f"complex128 n = {n}")
         report["complex"].append(_bench_complex(cp, n, args, log))
-        cp.get_default_memory_pool().free_all_blocks()
-        if args.json:
-            _write(args.json, to_document(report, machine, command, reps=args.reps,
-                                          err_rows=args.err_rows, commit=commit))
+        done_one()
     for (m, k, n) in shapes:
         log(f"shape {SHAPE_HEADER} = {format_shape(m, n, k)}")
         report["results"].append(_bench_shape(cp, m, k, n, args, log))
-        cp.get_default_memory_pool().free_all_blocks()
-        if args.json:  # keep partial results if a later shape dies
-            _write(args.json, to_document(report, machine, command, reps=args.reps,
-                                          err_rows=args.err_rows, commit=commit))
+        done_one()
     for n in (int(x) for x in args.phase22_sizes.split(",") if x):
         log(f"phase22 n = {n}")
         report["phase22"].append(_bench_phase22(cp, n, args, log))
-        cp.get_default_memory_pool().free_all_blocks()
-        if args.json:
-            _write(args.json, to_document(report, machine, command, reps=args.reps,
-                                          err_rows=args.err_rows, commit=commit))
+        done_one()
     print()
     if shapes:
         print(_table(report))

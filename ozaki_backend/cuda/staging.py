@@ -210,15 +210,21 @@ def download_start(dev, out, stream):
 _tls = threading.local()
 
 
+def _per_thread_stream(name):
+    """This thread's non-blocking stream ``name`` on the current device (a new one when
+    the thread has none there yet)."""
+    dev = cupy.cuda.Device().id
+    held = getattr(_tls, name, None)
+    if held is None or held[1] != dev:
+        held = (cupy.cuda.Stream(non_blocking=True), dev)
+        setattr(_tls, name, held)
+    return held[0]
+
+
 def thread_stream():
     """A non-blocking stream per thread for host-operand calls (concurrent calls from
     several threads then run independently)."""
-    s = getattr(_tls, "stream", None)
-    dev = cupy.cuda.Device().id
-    if s is None or _tls.device != dev:
-        s = cupy.cuda.Stream(non_blocking=True)
-        _tls.stream, _tls.device = s, dev
-    return s
+    return _per_thread_stream("stream")
 
 
 def cached_upload(x, which, last, stream):
@@ -342,9 +348,4 @@ def _downloader():
 
 def _download_stream():
     """The download thread's own non-blocking stream on the current device."""
-    s = getattr(_tls, "dstream", None)
-    dev = cupy.cuda.Device().id
-    if s is None or _tls.ddevice != dev:
-        s = cupy.cuda.Stream(non_blocking=True)
-        _tls.dstream, _tls.ddevice = s, dev
-    return s
+    return _per_thread_stream("dstream")
