@@ -94,6 +94,18 @@ __device__ __forceinline__ int oz_lambda(u64 x, int eh, u64 fh) {
 // floor(a / 2) for any int (arithmetic shift).
 __device__ __forceinline__ int oz_floor_half(int a) { return a >> 1; }
 
+// The bound GEMM's quantisation (spec §2.3): alpha = floor(|x| 2^(OZ_BOUND_D - E)) in
+// [0, 127] for an entry of a row whose exponent is E (|x| < 2^E), exactly from the bit
+// pattern; 0 for x == 0.
+#define OZ_BOUND_D 7
+__device__ __forceinline__ u32 oz_alpha_down(double x, int E) {
+    if (x == 0.0) return 0;
+    OzDec d = oz_decompose(x);
+    int sh = d.ex + OZ_BOUND_D - E;
+    if (sh >= 0) return (u32)(d.mant << sh);
+    return -sh < 64 ? (u32)(d.mant >> (-sh)) : 0u;
+}
+
 // ---------------------------------------------------------------------------------
 // Operand views. Every kernel reads an operand as `rows x cols` float64 with element
 // strides (rs, cs): A (m x k) is rows = m; B (k x n) is read as its transpose, rows = n,

@@ -1,9 +1,11 @@
 // The complex scheme's own stages on the GPU (docs/spec.md §11.3), mirrored by
 // ozaki_backend/cuda/complex.py and ozaki_backend/reference/complex.py:
 //
-//   oz_cx_embed_a    the real embedding's A^ = [Ar, -Ai] 2^-S (m x 2k, row-major);
-//   oz_cx_embed_b    its B^ = [[Br, Bi], [Bi, -Br]] 2^S, stored transposed (2n x 2k,
-//                    row-major: the rows the real scaling kernels and the residues read);
+//   oz_cx_quantize   the bound GEMM's operands of the real embedding A^ = [Ar, -Ai],
+//   oz_cx_bound_combine   B^ = [[Br, Bi], [Bi, -Br]] read from the parts in place, and
+//                    its P from two INT8 GEMMs of the parts' size (the statistics of the
+//                    embedding's rows are scaling.cu's oz_row_stats_part, one launch per
+//                    part; nothing of the embedding is stored);
 //   oz_cx_residues   trunc(x 2^s_row) of the real and imaginary part of an operand,
 //                    their residues modulo each complex modulus m_l, and the Gaussian
 //                    map (x + r y, x - r y) mod m_l as symmetric int8 planes in the
@@ -22,78 +24,83 @@
 // for every odd modulus below 256, tests/cuda/test_cuda_complex.py checks the table).
 #include "residue_digits.cuh"
 
-// A^ = [Ar, -Ai] scaled by 2^-S_c (S: the complex rule's exponents, one per inner index,
-// shared by both parts; ldexp of an entry the rule keeps exact is exact, and the
-// reference scales the same way). Ar, Ai: element strides (rs, cs), e.g. the two parts
-// of a complex128 array read in place (rs = 2k, cs = 2).
-// The flags of the operand read (flags: two ints, or null): flags[0] |= 1 when an entry is
-// Inf/NaN, flags[1] |= 1 when an imaginary part is non-zero (-0.0 counts as zero), so
-// that the caller learns both at the certificate's one read-back instead of in a pass of
-// its own. One atomic per warp that finds one; every thread reaches the end.
-__device__ __forceinline__ void oz_cx_flag(int *__restrict__ flags, int bad, int im) {
-    bad = __any_sync(0xffffffffu, bad);
-    im = __any_sync(0xffffffffu, im);
-    if (flags && (threadIdx.x & 31) == 0) {
-        if (bad) atomicOr(flags, 1);
-        if (im) atomicOr(flags + 1, 1);
-    }
-}
-
+// The bound GEMM of the embedding from the parts (spec §11.3): with a = alpha of a real
+// part and b = alpha of the imaginary part (oz_alpha_down with the embedding row's
+// exponent E: the row [Ar, -Ai] of A^, or the row [Br_j, Bi_j] of B^T, whose mirror
+// [Bi_j, -Br_j] has the same exponent and entries), the embedding's P = [P1, P2] is
+//   P1 = ar br' + ai bi',  P2 = ar bi' + ai br'   (sums over k),
+//   P1 + P2 = (ar + ai)(br' + bi'),  P1 - P2 = (ar - ai)(br' - bi'),
+// two INT8 GEMMs of m x k x n instead of one of m x 2k x 2n. ar + ai <= 254 does not fit
+// int8, so the first operand is stored as ar + ai - 127 (in [-127, 127]) and the product
+// corrected by the row sums: sum (x - 127)(y - 127) = sum xy - 127 SA - 127 SB + 127^2 k.
+// oz_cx_quantize writes Qp = ar + ai - 127 and Qm = ar - ai (rows x kpad, zero beyond
+// cols) and adds SA[r] += sum of (ar + ai), the embedding row's alpha sum (SA zero on
+// entry); oz_cx_bound_combine turns [G+, G-] into [P1, P2] in place. Block 256, tiles of
+// 32 x 64 through shared memory as oz_quantize_down (scaling.cu).
 extern "C" __global__ void __launch_bounds__(256)
-oz_cx_embed_a(const double *__restrict__ Ar, const double *__restrict__ Ai, i64 rs, i64 cs,
-              int rows, int k, const int *__restrict__ S, double *__restrict__ out,
-              int *__restrict__ flags) {
-    i64 total = (i64)rows * k;
-    int bad = 0, im = 0;
-    for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-         idx += (i64)gridDim.x * blockDim.x) {
-        int i = (int)(idx / k), c = (int)(idx - (i64)i * k);
-        i64 in = (i64)i * rs + (i64)c * cs;
-        int e = -S[c];
-        double xr = Ar[in], xi = Ai[in];
-        bad |= !(isfinite(xr) && isfinite(xi));
-        im |= xi != 0.0;
-        out[(i64)i * 2 * k + c] = ldexp(xr, e);
-        out[(i64)i * 2 * k + k + c] = -ldexp(xi, e);
-    }
-    oz_cx_flag(flags, bad, im);
-}
-
-// B^T (2n x 2k) of B = Br + i Bi (k x n, element strides rs, cs for both parts), scaled
-// by 2^S_c: row j = [Br[:, j], Bi[:, j]], row n + j = [Bi[:, j], -Br[:, j]]. A 32 x 32
-// tile of (c, j) goes through shared memory so that both the reads (j fastest, as B is
-// stored) and the writes (c fastest) coalesce. Block (32, 8). flags: as oz_cx_embed_a's.
-extern "C" __global__ void __launch_bounds__(256)
-oz_cx_embed_b(const double *__restrict__ Br, const double *__restrict__ Bi, i64 rs, i64 cs,
-              int k, int n, const int *__restrict__ S, double *__restrict__ out,
-              int *__restrict__ flags) {
-    __shared__ double tr[32][33], ti[32][33];
-    int c0 = blockIdx.y * 32, j0 = blockIdx.x * 32;
-    int bad = 0, im = 0;
-    for (int y = threadIdx.y; y < 32; y += 8) {
-        int c = c0 + y, j = j0 + threadIdx.x;
-        if (c < k && j < n) {
-            i64 in = (i64)c * rs + (i64)j * cs;
-            double xr = Br[in], xi = Bi[in];
-            bad |= !(isfinite(xr) && isfinite(xi));
-            im |= xi != 0.0;
-            tr[y][threadIdx.x] = ldexp(xr, S[c]);
-            ti[y][threadIdx.x] = ldexp(xi, S[c]);
-        }
-    }
-    oz_cx_flag(flags, bad, im);
+oz_cx_quantize(const double *__restrict__ Xr, const double *__restrict__ Xi, i64 rs, i64 cs,
+               int rows, int cols, int rows_fast, const int *__restrict__ S, int ks, int kpad,
+               const int *__restrict__ E, i8 *__restrict__ Qp, i8 *__restrict__ Qm,
+               int *__restrict__ SA) {
+    __shared__ double tr[OZ_TR][OZ_TK + 1], ti[OZ_TR][OZ_TK + 1];
+    int row0 = blockIdx.y * OZ_TR, col0 = blockIdx.x * OZ_TK;
+    oz_load_tile(tr, Xr, rs, cs, rows, cols, row0, col0, rows_fast, S, ks);
+    oz_load_tile(ti, Xi, rs, cs, rows, cols, row0, col0, rows_fast, S, ks);
     __syncthreads();
-    i64 ld = 2 * (i64)k;
-    for (int y = threadIdx.y; y < 32; y += 8) {
-        int j = j0 + y, c = c0 + threadIdx.x;
-        if (c < k && j < n) {
-            double br = tr[threadIdx.x][y], bi = ti[threadIdx.x][y];
-            out[(i64)j * ld + c] = br;
-            out[(i64)j * ld + k + c] = bi;
-            out[((i64)n + j) * ld + c] = bi;
-            out[((i64)n + j) * ld + k + c] = -br;
+    int q = threadIdx.x & 15;
+    // 16 threads per row, 4 columns each: a half warp holds one row (shuffle sum below).
+    for (int rr = threadIdx.x >> 4; rr < OZ_TR; rr += 16) {
+        int gr = row0 + rr;
+        int c = col0 + 4 * q;
+        bool live = gr < rows && c < kpad;
+        int Er = live ? E[gr] : 0;
+        u32 wp = 0, wm = 0;
+        int sum = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            int a = live ? (int)oz_alpha_down(tr[rr][4 * q + j], Er) : 0;
+            int b = live ? (int)oz_alpha_down(ti[rr][4 * q + j], Er) : 0;
+            int p = c + j < cols ? a + b - 127 : 0;      // the padding stays zero
+            wp |= ((u32)p & 0xffu) << (8 * j);
+            wm |= ((u32)(a - b) & 0xffu) << (8 * j);
+            sum += a + b;
         }
+        for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        if (!live) continue;
+        *reinterpret_cast<u32 *>(Qp + (i64)gr * kpad + c) = wp;
+        *reinterpret_cast<u32 *>(Qm + (i64)gr * kpad + c) = wm;
+        if (q == 0 && sum) atomicAdd(SA + gr, sum);
     }
+}
+
+// In place on one tile of P (rows x cols of each half; the right half `half` columns
+// after the left, leading dimension ldp): [G+, G-] -> [P1, P2] (see oz_cx_quantize), with
+// SA, SB the tile's embedding row sums and K the parts' k. a + b and a - b are 2 P1 and
+// 2 P2, even; in int64, as G+ and the corrections may exceed int32 where P1 does not.
+template <class T>
+__device__ __forceinline__ void oz_cx_combine(T *__restrict__ P, i64 ldp, int rows, int cols,
+                                              i64 half, const int *__restrict__ SA,
+                                              const int *__restrict__ SB, int K) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= cols) return;
+    i64 sb = 127 * (i64)SB[j] - 16129 * (i64)K;
+    for (int i = blockIdx.y; i < rows; i += gridDim.y) {
+        T *p = P + (i64)i * ldp + j;
+        i64 a = (i64)p[0] + 127 * (i64)SA[i] + sb, b = (i64)p[half];
+        p[0] = (T)((a + b) / 2);
+        p[half] = (T)((a - b) / 2);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+oz_cx_bound_combine_i32(int *__restrict__ P, i64 ldp, int rows, int cols, i64 half,
+                        const int *__restrict__ SA, const int *__restrict__ SB, int K) {
+    oz_cx_combine<int>(P, ldp, rows, cols, half, SA, SB, K);
+}
+extern "C" __global__ void __launch_bounds__(256)
+oz_cx_bound_combine_i64(i64 *__restrict__ P, i64 ldp, int rows, int cols, i64 half,
+                        const int *__restrict__ SA, const int *__restrict__ SB, int K) {
+    oz_cx_combine<i64>(P, ldp, rows, cols, half, SA, SB, K);
 }
 
 // The Gaussian map, float64 path (the proof of residue_digits.cuh, extended): with y the
@@ -191,24 +198,26 @@ __device__ __forceinline__ void oz_cx_write_int(const double (&xr)[2], const dou
 }
 
 // Xr, Xi (rows x cols, element strides rs, cs, the same for both): the two parts of the
-// operand read row-wise (A's rows, or B's columns as rows of B^T); shift[row]: the
-// exponents s. U, V: nmod planes of rows x kpad int8 each (plane stride `plane`),
-// k contiguous, padding zeroed. neg_imag: Xi holds the negated imaginary part (the
-// embedding's right half of A^). A 32 x 64 tile of each part goes through shared memory
-// (loaded by the first 2 x OZ_RES_THREADS threads, as residues.cu loads one); warp w owns
-// tile row w, lane q the two k at 2q (one 64-byte segment per plane and warp), and takes
-// the path its warp votes (residue_digits.cuh; one digit only below 2^51, see above).
+// operand read row-wise (A's rows, or B's columns as rows of B^T), in place, scaled by
+// 2^(ks S_c) on the fly (the equilibration: S null for none); shift[row]: the exponents
+// s. U, V: nmod planes of rows x kpad int8 each (plane stride `plane`), k contiguous,
+// padding zeroed. neg_imag: map -Xi (A's imaginary part enters the embedding negated).
+// A 32 x 64 tile of each part goes through shared memory (loaded by the first
+// 2 x OZ_RES_THREADS threads, as residues.cu loads one); warp w owns tile row w, lane q
+// the two k at 2q (one 64-byte segment per plane and warp), and takes the path its warp
+// votes (residue_digits.cuh; one digit only below 2^51, see above).
 #define OZ_CX_THREADS 1024
 extern "C" __global__ void __launch_bounds__(OZ_CX_THREADS, 1)
 oz_cx_residues(const double *__restrict__ Xr, const double *__restrict__ Xi, i64 rs, i64 cs,
-               int rows, int cols, int rows_fast, int kpad, const int *__restrict__ shift,
-               i8 *__restrict__ U, i8 *__restrict__ V, i64 plane, int nmod, int neg_imag) {
+               int rows, int cols, int rows_fast, const int *__restrict__ S, int ks, int kpad,
+               const int *__restrict__ shift, i8 *__restrict__ U, i8 *__restrict__ V,
+               i64 plane, int nmod, int neg_imag) {
     __shared__ double tile[2][OZ_TR][OZ_TK + 1];
     int row0 = blockIdx.y * OZ_TR, col0 = blockIdx.x * OZ_TK;
     int part = threadIdx.x / OZ_RES_THREADS;
     if (part < 2)
         oz_res_load_tile(tile[part], part ? Xi : Xr, rs, cs, rows, cols, row0, col0,
-                         rows_fast, nullptr, 0, threadIdx.x - part * OZ_RES_THREADS);
+                         rows_fast, S, ks, threadIdx.x - part * OZ_RES_THREADS);
     __syncthreads();
     int rr = threadIdx.x >> 5, cl = 2 * (threadIdx.x & 31);
     int gr = row0 + rr, c = col0 + cl;

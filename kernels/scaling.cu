@@ -138,11 +138,19 @@ __device__ __forceinline__ void oz_row_reduce(const double *__restrict__ X, i64 
                                               int *__restrict__ Cnt, u64 *__restrict__ Sq,
                                               int *__restrict__ Klo = nullptr,
                                               int *__restrict__ Khi = nullptr,
-                                              int *__restrict__ Gmax = nullptr) {
+                                              int *__restrict__ Gmax = nullptr,
+                                              int koff = 0, int *__restrict__ Klo2 = nullptr,
+                                              int *__restrict__ Khi2 = nullptr,
+                                              int koff2 = 0, int *__restrict__ Any = nullptr) {
     // KIND 0: Emax[r] = max frexp exponent of the non-zero entries (atomicMax);
     // KIND 1: also Xthr[r] = max exact threshold (spec §10.1), Cnt[r] += their count and
     //         Klo[r] / Khi[r] = their first / last column (atomicMin / atomicMax);
     // KIND 2: Sq[r] += sum of alpha^2, alpha = ceil(|x| 2^(D - E[r])) (fast mode).
+    // A row made of several views side by side along k (the complex embedding's rows,
+    // read from the parts in place) takes one launch per view: koff is the view's first
+    // column in the row, and with Klo2 / Khi2 the same non-zero columns are also recorded
+    // at offset koff2 (the mirrored rows [Bi, -Br] of the embedding's B^T: the same
+    // entries, the views swapped). Any (KIND 1): set when the view has a non-zero entry.
     int k0 = blockIdx.y * OZ_KR;
     int k1 = min(cols, k0 + OZ_KR);
     int row, kstart, kstep;
@@ -241,9 +249,15 @@ __device__ __forceinline__ void oz_row_reduce(const double *__restrict__ X, i64 
             if (KIND == 1) {
                 atomicMax(Xthr + row, xthr);
                 atomicAdd(Cnt + row, cnt);
-                atomicMin(Klo + row, klo);
-                atomicMax(Khi + row, khi);
+                atomicMin(Klo + row, klo + koff);
+                atomicMax(Khi + row, khi + koff);
+                if (Klo2) {
+                    atomicMin(Klo2 + row, klo + koff2);
+                    atomicMax(Khi2 + row, khi + koff2);
+                }
                 if (emax > 1024) atomicMax(Gmax, emax);   // Inf/NaN only: no contention
+                // Read first: once set, the flag costs the other rows a cached load.
+                if (Any && !*((volatile int *)Any)) atomicOr(Any, 1);
             }
         }
     } else {
@@ -272,6 +286,19 @@ oz_row_stats(const double *__restrict__ X, i64 rs, i64 cs, int rows, int cols, i
 }
 
 extern "C" __global__ void __launch_bounds__(256)
+oz_row_stats_part(const double *__restrict__ X, i64 rs, i64 cs, int rows, int cols,
+                  int rows_fast, const int *__restrict__ S, int ks, int *__restrict__ Emax,
+                  int *__restrict__ Xthr, int *__restrict__ Cnt, int *__restrict__ Klo,
+                  int *__restrict__ Khi, int *__restrict__ Gmax, int koff,
+                  int *__restrict__ Klo2, int *__restrict__ Khi2, int koff2,
+                  int *__restrict__ Any) {
+    // oz_row_stats for one view of rows made of several (see oz_row_reduce): the same
+    // statistics accumulate over the views' launches.
+    oz_row_reduce<1>(X, rs, cs, rows, cols, rows_fast, S, ks, nullptr, 0, Emax, Xthr, Cnt,
+                     nullptr, Klo, Khi, Gmax, koff, Klo2, Khi2, koff2, Any);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
 oz_row_sumsq(const double *__restrict__ X, i64 rs, i64 cs, int rows, int cols, int rows_fast,
              const int *__restrict__ S, int ks, const int *__restrict__ E, int D,
              u64 *__restrict__ Sq) {
@@ -290,7 +317,6 @@ extern "C" __global__ void oz_zero_rows(int *__restrict__ E, int rows) {
 // The bound GEMM's operand (spec §2.3): alpha = floor(|x| 2^(7 - E)) in [0, 127] as int8,
 // rows x kpad (zero padded), in the residue planes' layout; SA[r] += sum of the row's
 // alpha (SA zero on entry).
-#define OZ_BOUND_D 7
 extern "C" __global__ void __launch_bounds__(256)
 oz_quantize_down(const double *__restrict__ X, i64 rs, i64 cs, int rows, int cols,
                  int rows_fast, const int *__restrict__ S, int ks, int kpad,
@@ -310,17 +336,7 @@ oz_quantize_down(const double *__restrict__ X, i64 rs, i64 cs, int rows, int col
         int sum = 0;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            double x = tile[rr][4 * q + j];
-            u32 a = 0;
-            if (live && x != 0.0) {
-                OzDec d = oz_decompose(x);
-                int sh = d.ex + OZ_BOUND_D - Er;
-                if (sh >= 0) {
-                    a = (u32)(d.mant << sh);
-                } else if (-sh < 64) {
-                    a = (u32)(d.mant >> (-sh));
-                }
-            }
+            u32 a = live ? oz_alpha_down(tile[rr][4 * q + j], Er) : 0u;
             word |= (a & 0xffu) << (8 * j);
             sum += (int)a;
         }
@@ -390,23 +406,40 @@ extern "C" __global__ void oz_sigma_all(const i64 *__restrict__ rmax, int rows,
         sigma[(i64)c * rows + r] = oz_floor_half(oz_lambda(x, eh[c], fh[c]));
 }
 
-// tau[c][j] = min over {i : U_ij > 0} of lambda_c(U_ij) - sigma[c][i], for every count
-// (all 19 in one straight-line loop: skipping counts with a runtime guard serialised the
-// independent loads and measured 1.4x slower than computing them all): block (32, 8),
-// threadIdx.x walks columns (unit stride), threadIdx.y and the loop walk OZ_PR rows; the 8 partial minima of a column meet in shared memory, one atomic each.
+// tau[c][j] = min over {i : U_ij > 0} of lambda_c(U_ij) - sigma[c][i], for NC counts c:
+// all of them (oz_u_colmin_*: the counts 0 .. OZ_NN-1), or the OZ_NW of a window
+// (oz_u_colmin_w_*: cidx[w], the counts the certificate's search is expected to visit,
+// see oz_cert_counts; the other counts' tau stay untouched). The counts are one
+// straight-line loop (skipping counts with a runtime guard serialised the independent
+// loads and measured 1.4x slower than computing them all): block (32, 8), threadIdx.x
+// walks columns (unit stride), threadIdx.y and the loop walk OZ_PR rows; the 8 partial
+// minima of a column meet in shared memory, one atomic each.
 #define OZ_PR 512
-template <class T>
+#define OZ_NW 5
+template <class T, int NC>
 __device__ __forceinline__ void oz_u_colmin(const T *__restrict__ P, i64 ldp, int rows, int cols,
                                             const int *__restrict__ SA, const int *__restrict__ nA,
                                             const int *__restrict__ SB, const int *__restrict__ nB,
                                             const int *__restrict__ sigma, int srows,
                                             const int *__restrict__ eh, const u64 *__restrict__ fh,
-                                            int *__restrict__ tau, int tcols) {
-    __shared__ int best_sh[8][OZ_NN][32];
+                                            int *__restrict__ tau, int tcols,
+                                            const int *__restrict__ cidx) {
+    __shared__ int best_sh[8][NC][32];
     int col = blockIdx.x * 32 + threadIdx.x;
-    int best[OZ_NN];
+    // A window's few counts keep their H_f parameters in registers; all of them would
+    // take too many (163 registers, 1.3x slower than loading them in the loop).
+    constexpr bool hold = NC <= OZ_NW;
+    int best[NC], cc[NC], ec[hold ? NC : 1];
+    u64 fc[hold ? NC : 1];
 #pragma unroll
-    for (int c = 0; c < OZ_NN; ++c) best[c] = OZ_INT_MAX;
+    for (int c = 0; c < NC; ++c) {
+        best[c] = OZ_INT_MAX;
+        cc[c] = cidx ? cidx[c] : c;
+        if constexpr (hold) {
+            ec[c] = eh[cc[c]];
+            fc[c] = fh[cc[c]];
+        }
+    }
     if (col < cols) {
         int sb = SB[col], nb = nB[col];
         int r0 = blockIdx.y * OZ_PR, r1 = min(rows, r0 + OZ_PR);
@@ -417,38 +450,40 @@ __device__ __forceinline__ void oz_u_colmin(const T *__restrict__ P, i64 ldp, in
             int ex = (int)((b >> 52) & 0x7ff) - 1022;
             u64 frac = b & OZ_MASK52;
 #pragma unroll
-            for (int c = 0; c < OZ_NN; ++c) {
-                int lam = eh[c] - ex - (frac > fh[c] ? 1 : 0);
-                best[c] = min(best[c], lam - sigma[(i64)c * srows + i]);
+            for (int c = 0; c < NC; ++c) {
+                int e = hold ? ec[hold ? c : 0] : eh[cc[c]];
+                u64 f = hold ? fc[hold ? c : 0] : fh[cc[c]];
+                int lam = e - ex - (frac > f ? 1 : 0);
+                best[c] = min(best[c], lam - sigma[(i64)cc[c] * srows + i]);
             }
         }
     }
 #pragma unroll
-    for (int c = 0; c < OZ_NN; ++c) best_sh[threadIdx.y][c][threadIdx.x] = best[c];
+    for (int c = 0; c < NC; ++c) best_sh[threadIdx.y][c][threadIdx.x] = best[c];
     __syncthreads();
     if (threadIdx.y != 0 || col >= cols) return;
 #pragma unroll
-    for (int c = 0; c < OZ_NN; ++c) {
+    for (int c = 0; c < NC; ++c) {
         int v = best[c];
         for (int y = 1; y < 8; ++y) v = min(v, best_sh[y][c][threadIdx.x]);
-        if (v != OZ_INT_MAX) atomicMin(tau + (i64)c * tcols + col, v);
+        if (v != OZ_INT_MAX) atomicMin(tau + (i64)cc[c] * tcols + col, v);
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256)
-oz_u_colmin_i32(const int *__restrict__ P, i64 ldp, int rows, int cols, const int *__restrict__ SA,
-                const int *__restrict__ nA, const int *__restrict__ SB, const int *__restrict__ nB,
-                const int *__restrict__ sigma, int srows, const int *__restrict__ eh,
-                const u64 *__restrict__ fh, int *__restrict__ tau, int tcols) {
-    oz_u_colmin<int>(P, ldp, rows, cols, SA, nA, SB, nB, sigma, srows, eh, fh, tau, tcols);
-}
-extern "C" __global__ void __launch_bounds__(256)
-oz_u_colmin_i64(const i64 *__restrict__ P, i64 ldp, int rows, int cols, const int *__restrict__ SA,
-                const int *__restrict__ nA, const int *__restrict__ SB, const int *__restrict__ nB,
-                const int *__restrict__ sigma, int srows, const int *__restrict__ eh,
-                const u64 *__restrict__ fh, int *__restrict__ tau, int tcols) {
-    oz_u_colmin<i64>(P, ldp, rows, cols, SA, nA, SB, nB, sigma, srows, eh, fh, tau, tcols);
-}
+#define OZ_COLMIN(NAME, T, NC)                                                                  \
+    extern "C" __global__ void __launch_bounds__(256)                                           \
+    NAME(const T *__restrict__ P, i64 ldp, int rows, int cols, const int *__restrict__ SA,      \
+         const int *__restrict__ nA, const int *__restrict__ SB, const int *__restrict__ nB,    \
+         const int *__restrict__ sigma, int srows, const int *__restrict__ eh,                  \
+         const u64 *__restrict__ fh, int *__restrict__ tau, int tcols,                          \
+         const int *__restrict__ cidx) {                                                        \
+        oz_u_colmin<T, NC>(P, ldp, rows, cols, SA, nA, SB, nB, sigma, srows, eh, fh, tau, tcols, \
+                           cidx);                                                               \
+    }
+OZ_COLMIN(oz_u_colmin_i32, int, OZ_NN)
+OZ_COLMIN(oz_u_colmin_i64, i64, OZ_NN)
+OZ_COLMIN(oz_u_colmin_w_i32, int, OZ_NW)
+OZ_COLMIN(oz_u_colmin_w_i64, i64, OZ_NW)
 
 // Bits kept of each row's largest element, for every count (spec §2): accurate mode
 // b = v + 7 with v = sigma (rows of A) or tau (columns of B; OZ_INT_MAX, an empty set,
@@ -547,6 +582,12 @@ __device__ __forceinline__ int oz_overlap_len(const int *__restrict__ lo,
 // data certifies with) and walks down while it passes or up until it does: two tests for
 // a typical element instead of a scan from the smallest count. With fixed >= 0 only that
 // count is tested (a fixed moduli= plan): out[1] += elements failing it.
+// The search stays within the counts lo .. hi and the largest (OZ_NN - 1), those whose
+// kept bits were computed (oz_u_colmin_w): an element passing at lo reports lo (its
+// count is at most lo: exact for the maximum unless the maximum is lo > 0, which the
+// host checks); one failing at hi but passing at the largest adds to out[2] (its count
+// is unknown: the host computes every count's kept bits and searches again); one
+// failing at the largest passes none. lo = 0, hi = OZ_NN - 1: the full search.
 // fa, fb: the c-major factor tables of oz_cert_factors (row strides arows, bcols).
 // Block (32, 8), grid (cols / 32, rows / OZ_CR): a thread owns one column and walks
 // OZ_CR / 8 rows, keeping its column's factors at the guess and the count below it in
@@ -563,12 +604,12 @@ __device__ __forceinline__ void oz_cert_counts(const T *__restrict__ P, i64 ldp,
                                                const int *__restrict__ loB,
                                                const int *__restrict__ hiB,
                                                double inv_div, int guess, int fixed,
-                                               int *__restrict__ out) {
+                                               int lo, int hi, int *__restrict__ out) {
     int col = blockIdx.x * 32 + threadIdx.x;
-    int need_max = 0, none = 0;
+    int need_max = 0, none = 0, outside = 0;
     if (col < cols) {
-        int g = fixed >= 0 ? fixed : guess;
-        int g1 = g > 0 ? g - 1 : 0;
+        int g = fixed >= 0 ? fixed : min(max(guess, lo), hi);
+        int g1 = g > lo ? g - 1 : g;
         double qbj = qb[col];
         double fbg = fb[(i64)g * bcols + col], fbg1 = fb[(i64)g1 * bcols + col];
         int lob = loB[col], hib = hiB[col];
@@ -591,30 +632,40 @@ __device__ __forceinline__ void oz_cert_counts(const T *__restrict__ P, i64 ldp,
                     need = test(g, fbg) ? OZ_NLO + g : 0;
                 } else if (test(g, fbg)) {
                     int c = g;
-                    if (c > 0 && test(g1, fbg1)) {
+                    if (c > lo && test(g1, fbg1)) {
                         c = g1;
-                        while (c > 0 && test(c - 1, fb[(i64)(c - 1) * bcols + col])) --c;
+                        while (c > lo && test(c - 1, fb[(i64)(c - 1) * bcols + col])) --c;
                     }
                     need = OZ_NLO + c;
                 } else {
                     int c = g + 1;
-                    while (c < OZ_NN && !test(c, fb[(i64)c * bcols + col])) ++c;
-                    need = c < OZ_NN ? OZ_NLO + c : 0;
+                    while (c <= hi && !test(c, fb[(i64)c * bcols + col])) ++c;
+                    if (c <= hi) {
+                        need = OZ_NLO + c;
+                    } else if (hi == OZ_NN - 1) {
+                        need = 0;
+                    } else {
+                        constexpr int top = OZ_NN - 1;
+                        need = 0;
+                        outside = test(top, fb[(i64)top * bcols + col]);
+                    }
                 }
             }
             need_max = max(need_max, need);
-            none += need == 0;
+            none += need == 0 && !outside;
         }
     }
     for (int off = 16; off > 0; off >>= 1) {
         need_max = max(need_max, __shfl_xor_sync(0xffffffffu, need_max, off));
         none += __shfl_xor_sync(0xffffffffu, none, off);
+        outside += __shfl_xor_sync(0xffffffffu, outside, off);
     }
     // Nearly every warp finds the same count: read before the atomic, so that one address
     // is not hit by every warp of the grid.
     if ((threadIdx.x & 31) == 0) {
         if (need_max && need_max > *((volatile int *)out)) atomicMax(out, need_max);
         if (none) atomicAdd(out + 1, none);
+        if (outside) atomicAdd(out + 2, outside);
     }
 }
 
@@ -624,9 +675,9 @@ oz_cert_counts_i32(const int *__restrict__ P, i64 ldp, int rows, int cols,
                    const double *__restrict__ fb, const double *__restrict__ qb, int bcols,
                    const int *__restrict__ loA, const int *__restrict__ hiA,
                    const int *__restrict__ loB, const int *__restrict__ hiB, double inv_div,
-                   int guess, int fixed, int *__restrict__ out) {
+                   int guess, int fixed, int lo, int hi, int *__restrict__ out) {
     oz_cert_counts<int>(P, ldp, rows, cols, fa, qa, arows, fb, qb, bcols, loA, hiA, loB, hiB,
-                        inv_div, guess, fixed, out);
+                        inv_div, guess, fixed, lo, hi, out);
 }
 extern "C" __global__ void __launch_bounds__(256)
 oz_cert_counts_i64(const i64 *__restrict__ P, i64 ldp, int rows, int cols,
@@ -634,9 +685,9 @@ oz_cert_counts_i64(const i64 *__restrict__ P, i64 ldp, int rows, int cols,
                    const double *__restrict__ fb, const double *__restrict__ qb, int bcols,
                    const int *__restrict__ loA, const int *__restrict__ hiA,
                    const int *__restrict__ loB, const int *__restrict__ hiB, double inv_div,
-                   int guess, int fixed, int *__restrict__ out) {
+                   int guess, int fixed, int lo, int hi, int *__restrict__ out) {
     oz_cert_counts<i64>(P, ldp, rows, cols, fa, qa, arows, fb, qb, bcols, loA, hiA, loB, hiB,
-                        inv_div, guess, fixed, out);
+                        inv_div, guess, fixed, lo, hi, out);
 }
 
 // The bound of a computed C_ij = RN(A'B' 2^(-s-t)) and the a-posteriori test (spec §10.4),

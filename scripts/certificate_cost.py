@@ -21,7 +21,7 @@ from ozaki_backend.provenance import median_device_time
 
 def stages(A, B, mode="accurate"):
     Bt = B.T
-    st = cupy.zeros(3, dtype=np.int32)
+    st = cupy.zeros(4, dtype=np.int32)
     out = {}
     out["equilibration"] = median_device_time(lambda: scaling.equilibration(A, Bt), 5)
     S = scaling.equilibration(A, Bt)[0]

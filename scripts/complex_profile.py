@@ -11,7 +11,6 @@ import pstats
 import sys
 
 import cupy as cp
-import numpy as np
 
 import ozaki_backend as ob
 from ozaki_backend.cuda import complex as ccx
@@ -28,51 +27,53 @@ plan = Plan(n, n, n)
 t_z = median_device_time(lambda: cp.matmul(A, B), reps)
 t_api = median_device_time(lambda: ob.matmul(A, B, engine="cuda"), reps)
 t_2d = median_device_time(lambda: ccx.product_2d(A, B, plan), reps)
-t_emb = median_device_time(lambda: ccx.embedding(A.real, A.imag, B.real, B.imag), reps)
-t_prep = median_device_time(lambda: ccx.prepare(A.real, A.imag, B.real, B.imag, "accurate"),
-                            reps)
-Ah, Bh, prep = ccx.prepare(A.real, A.imag, B.real, B.imag, "accurate")
+Ar, Ai, Br, Bi = A.real, A.imag, B.real, B.imag
+t_parts = median_device_time(lambda: ccx.Parts.of(Ar, Ai, Br, Bi), reps)
+t_prep = median_device_time(lambda: ccx.prepare(Ar, Ai, Br, Bi, "accurate"), reps)
+parts, prep = ccx.prepare(Ar, Ai, Br, Bi, "accurate")
 from ozaki_backend.cuda import scaling
-from ozaki_backend.cuda.scaling import BoundMatrix
 f4 = cp.zeros(4, dtype=cp.int32)
 t_flags = median_device_time(lambda: (ccx.flags_into(A, f4[:2]), ccx.flags_into(B, f4[2:])), reps)
-t_eq = median_device_time(lambda: scaling.equilibration((A.real, A.imag), (B.real.T, B.imag.T)),
-                          reps)
-t_sa = median_device_time(lambda: scaling.side_statistics(Ah, None, -1, "accurate"), reps)
-t_sb = median_device_time(lambda: scaling.side_statistics(Bh, None, 1, "accurate"), reps)
-a_, b_ = scaling.side_statistics(Ah, None, -1, "accurate"), scaling.side_statistics(Bh, None, 1,
-                                                                                    "accurate")
-kp = Ah.shape[1]
+nz, gmax = cp.zeros(2, dtype=cp.int32), cp.zeros(1, dtype=cp.int32)
+t_sides = median_device_time(lambda: ccx._sides(parts, "accurate", gmax, nz), reps)
+a_, b_ = ccx._sides(parts, "accurate", gmax, nz)
+tm, tn, tiles = ccx.bound_tiles(n, n, n)
 
 
 def bound():
-    bm = BoundMatrix(a_, b_, None, kp, n, 2 * n)
-    bm.tile(0, n, 0, 2 * n)
+    bm = ccx.EmbeddingBound(a_, b_, parts.S, n, tm, tn)
+    for tile in tiles:
+        bm.tile(*tile)
     return bm
 
 
 t_bm = median_device_time(bound, reps)
 bm = bound()
-t_kept = median_device_time(lambda: scaling.kept_bits(a_, b_, bm, [(0, n, 0, 2 * n)],
-                                                      "accurate"), reps)
+t_kept = median_device_time(lambda: scaling.kept_bits(a_, b_, bm, tiles, "accurate",
+                                                      ccx.COMPLEX_TABLE, prep.window,
+                                                      tied=True), reps)
+t_kept_all = median_device_time(lambda: scaling.kept_bits(a_, b_, bm, tiles, "accurate",
+                                                          ccx.COMPLEX_TABLE, tied=True), reps)
 t_status = median_device_time(lambda: prep.status(True), reps)
-print(f"flags {t_flags * 1e3:.2f} ms, equilibration {t_eq * 1e3:.2f}, side stats A "
-      f"{t_sa * 1e3:.2f} B {t_sb * 1e3:.2f}, bound GEMM (quantize + GEMM) {t_bm * 1e3:.2f}, "
-      f"kept bits {t_kept * 1e3:.2f}, certificate count {t_status * 1e3:.2f} ms")
+print(f"flags (mixes only) {t_flags * 1e3:.2f} ms, equilibration {t_parts * 1e3:.2f}, "
+      f"statistics of the embedding's rows {t_sides * 1e3:.2f}, bound GEMM (quantise + 2 "
+      f"GEMMs + combine) {t_bm * 1e3:.2f}, kept bits {t_kept * 1e3:.2f} (all counts "
+      f"{t_kept_all * 1e3:.2f}), certificate "
+      f"count {t_status * 1e3:.2f} ms")
 del bm
 s, t = prep.shifts(16)
-Ar, Ain, BrT, BiT = ccx.halves(Ah, Bh)
-t_res = median_device_time(lambda: ccx.residue_planes(Ar, Ain, s, 16, True), reps)
-UA, VA = ccx.residue_planes(Ar, Ain, s, 16, True)
-UB, VB = ccx.residue_planes(BrT, BiT, t[:n], 16)
+t_res = median_device_time(lambda: ccx.residue_planes(parts.Ar, parts.Ai, s, 16, S=parts.S,
+                                                      ks=-1), reps)
+UA, VA = ccx.residue_planes(parts.Ar, parts.Ai, s, 16, S=parts.S, ks=-1)
+UB, VB = ccx.residue_planes(parts.BrT, parts.BiT, t[:n], 16, S=parts.S, ks=1)
 C1 = ccx.products(UA, UB, 16, n, n, UA.shape[2])
 C2 = ccx.products(VA, VB, 16, n, n, UA.shape[2])
 out = cp.empty((n, n), dtype=cp.complex128)
 s32, t32 = s.astype(cp.int32), t[:n].astype(cp.int32)
 t_rec = median_device_time(lambda: ccx.recombine_crt_into(C1, C2, 16, n, n, s32, t32, out),
                            reps)
-print(f"embedding {t_emb * 1e3:.2f} ms, prepare (incl. embedding) {t_prep * 1e3:.2f} ms, "
-      f"residues of A (16 moduli) {t_res * 1e3:.2f} ms, recombine + CRT {t_rec * 1e3:.2f} ms")
+print(f"prepare (all of the above) {t_prep * 1e3:.2f} ms, residues of A (16 moduli) "
+      f"{t_res * 1e3:.2f} ms, recombine + CRT {t_rec * 1e3:.2f} ms")
 del C1, C2, UA, VA, UB, VB
 ph = Phases()
 ccx.product_2d(A, B, plan, phases=ph)

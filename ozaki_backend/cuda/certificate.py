@@ -17,7 +17,7 @@ import numpy as np
 from ..spec import certificate as spec
 from ..spec.rules import certificate_divisor
 from ._common import REAL_TABLE, CountTable, blocks
-from .scaling import BoundMatrix, Side, kernel
+from .scaling import BoundMatrix, Side, kernel, row_stride
 
 
 #: Rows per block of the count kernel (kernels/scaling.cu OZ_CR).
@@ -42,12 +42,22 @@ def _factors(side: Side, table: CountTable):
     return f, q
 
 
+def start_index(k, elements, table: CountTable = REAL_TABLE):
+    """Where the count search starts (an index into ``table.counts``): the count ordinary
+    data of this shape certifies with (``table.expected``)."""
+    lo, hi = table.counts[0], table.most
+    return min(max(table.expected(k, elements), lo), hi) - lo
+
+
 def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status, fixed=None,
-                table: CountTable = REAL_TABLE):
+                table: CountTable = REAL_TABLE, window=None):
     """Queue the a-priori count over ``table``'s counts: ``status[1]`` receives the
     largest per-element count and ``status[2]`` the number of elements no count
-    certifies (both zero on entry); with ``fixed`` (a count), only that count is tested
-    and ``status[2]`` receives the number of elements failing it."""
+    certifies (zero on entry); with ``fixed`` (a count), only that count is tested and
+    ``status[2]`` receives the number of elements failing it. ``window``: the search
+    visits only the counts of :func:`.scaling.count_window`'s ``(lo, hi, ...)`` (their
+    kept bits are the ones computed) and ``status[3]`` counts the elements it could not
+    decide (see :func:`decided`)."""
     m, n = a.E.shape[0], b.E.shape[0]
     fa, qa = _factors(a, table)
     fb, qb = _factors(b, table)
@@ -55,16 +65,26 @@ def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status, fixed=None,
     # first row in table 0 (a 1-D view) and the kernel steps by the full row count.
     fn = bm.kernel("oz_cert_counts", table)
     inv_div = _inv_div(m * n)
-    lo, hi = table.counts[0], table.most
-    guess = np.int32(min(max(table.expected(k, m * n), lo), hi) - lo)
+    guess = np.int32(start_index(k, m * n, table))
+    lo = table.counts[0]
     fix = np.int32(-1 if fixed is None else fixed - lo)
+    wlo, whi = (0, len(table.counts) - 1) if window is None else window[:2]
     for (i0, i1, j0, j1) in tiles:
         P = bm.tile(i0, i1, j0, j1)
         grid = (-(-(j1 - j0) // 32), -(-(i1 - i0) // _CR))
-        fn(grid, (32, 8), (P, np.int64(P.shape[1]), np.int32(i1 - i0), np.int32(j1 - j0),
+        fn(grid, (32, 8), (P, row_stride(P), np.int32(i1 - i0), np.int32(j1 - j0),
                            fa[0, i0:], qa[i0:i1], np.int32(m), fb[0, j0:], qb[j0:j1],
                            np.int32(n), a.lo[i0:i1], a.hi[i0:i1], b.lo[j0:j1], b.hi[j0:j1],
-                           inv_div, guess, fix, status[1:]))
+                           inv_div, guess, fix, np.int32(wlo), np.int32(whi), status[1:]))
+
+
+def decided(need, outside, window, table: CountTable = REAL_TABLE):
+    """Whether a windowed search (:func:`counts_into`) found the product's count: no
+    element left undecided above the window, and the largest count found is not the
+    window's lowest above the table's first (elements passing there may need fewer)."""
+    if window is None:
+        return True
+    return outside == 0 and not (window[0] > 0 and need == table.counts[window[0]])
 
 
 def chosen_count(need, unsure, table: CountTable = REAL_TABLE):
@@ -87,7 +107,7 @@ def certify_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, s, t, C, *, bound=
         bv = None if bound is None else bound[i0:i1, j0:j1]
         grid = (-(-(j1 - j0) // 32), -(-(i1 - i0) // 8))
         fn(grid, (32, 8),
-           (P, np.int64(P.shape[1]), np.int32(i1 - i0), np.int32(j1 - j0), Cv,
+           (P, row_stride(P), np.int32(i1 - i0), np.int32(j1 - j0), Cv,
             np.int64(Cv.strides[0] // 8), np.int64(Cv.strides[1] // 8),
             a.E[i0:i1], a.X[i0:i1], a.SA[i0:i1], a.n[i0:i1], s[i0:i1],
             b.E[j0:j1], b.X[j0:j1], b.SA[j0:j1], b.n[j0:j1], t[j0:j1],

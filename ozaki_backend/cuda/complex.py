@@ -2,19 +2,22 @@
 products per modulus (``docs/spec.md`` §11). Mirrors
 :mod:`ozaki_backend.reference.complex` stage by stage, bit for bit:
 
-1. the parts ``Ar, Ai, Br, Bi`` are read in place (operands with every imaginary part
-   zero take the real pipeline, as in the reference);
+1. the parts ``Ar, Ai, Br, Bi`` are read in place, never copied (:class:`Parts`;
+   operands with every imaginary part zero take the real pipeline, as in the reference);
 2. equilibration: the real rule on ``[Ar; Ai]`` and ``[Br, Bi]``
-   (:func:`.scaling.equilibration` on the four part views);
-3. ``kernels/complex.cu``: the real embedding ``Â = [Ar, -Ai]``,
-   ``B̂ = [[Br, Bi], [Bi, -Br]]`` of the scaled parts (``B̂`` stored transposed);
-4. its statistics, bound GEMM, kept bits and certificate count: the real engine's
-   kernels (:class:`.pipeline.Prepared`) over the complex moduli table
-   (:data:`._common.COMPLEX_TABLE`), with the shifts of columns ``j`` and ``n + j``
-   tied to their minimum, as the reference ties them;
+   (:func:`.scaling.equilibration` on the four part views), applied on the fly by every
+   later kernel;
+3. the statistics of the real embedding ``Â = [Ar, -Ai]``, ``B̂ = [[Br, Bi], [Bi, -Br]]``
+   (which the certificate is defined on) from the parts: the real kernels, one launch
+   per part (``oz_row_stats_part``), ``B̂``'s mirrored rows from the same launches;
+4. the embedding's bound GEMM from two INT8 GEMMs of the parts' size
+   (:class:`EmbeddingBound`, ``kernels/complex.cu``), then the real engine's kept bits
+   and certificate count over the complex moduli table
+   (:data:`._common.COMPLEX_TABLE`), the shifts of columns ``j`` and ``n + j`` tied to
+   their minimum, as the reference ties them;
 5. ``kernels/complex.cu``: truncation, residues modulo the complex moduli and the
-   Gaussian map, read from the embedding's halves (the real kernel's float64 digits,
-   ``kernels/residue_digits.cuh``; a lane pair per element group, one lane per part);
+   Gaussian map, from the parts (the real kernel's float64 digits,
+   ``kernels/residue_digits.cuh``);
 6. the real engine's INT8 GEMMs (:func:`.modgemm.products_into`), twice per modulus;
 7. ``kernels/crt.cu`` ``oz_cx_crt``: recombination into the residues of ``Re`` and
    ``Im`` and the CRT of both (the complex table's constants), in one pass written
@@ -23,12 +26,15 @@ products per modulus (``docs/spec.md`` §11). Mirrors
    engine's ``oz_certify`` on ``[Re, Im]``, then the residual pass, then ``ZGEMM``.
 
 Everything runs on the current CuPy stream; the usual path reads back one small array
-(the certificate's count). The whole product is one tile (no output tiling yet): the
-workspace is the embedding (``8 (2 m k + 4 k n)`` bytes), ``2 N k (m + n)`` bytes of
-residues and ``8 N m n`` of int32 products.
+(the certificate's count, with the Inf/NaN and zero-imaginary-part flags). The workspace
+is the bound GEMM's (``2 k (m + n)`` bytes of quantised parts and ``4 m 2n`` of P, or
+tiles of it), then per output tile ``2 N k (tm + tn)`` bytes of residues and
+``8 N tm tn`` of int32 products.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import cupy
 import numpy as np
@@ -41,8 +47,9 @@ from ..spec.complex_moduli import MAX_COMPLEX_MODULI, complex_crt_constants, \
     complex_moduli_for_bits
 from ..spec.moduli import KSPLIT, MIN_MODULI
 from . import certificate, loader, modgemm, pipeline, scaling
-from ._common import COMPLEX_TABLE, KPAD, LDC_PAD, as_rows, blocks, round_up
+from ._common import COMPLEX_TABLE, KPAD, LDC_PAD, Workspace, as_rows, blocks, round_up
 from ._prelude import complex_crt_prelude, complex_table_prelude
+from .modgemm import gemm_tn
 
 CERTIFIED, UNCERTIFIED = pipeline.CERTIFIED, pipeline.UNCERTIFIED
 RESIDUAL, NATIVE = pipeline.RESIDUAL, pipeline.NATIVE
@@ -65,93 +72,251 @@ def _kernel(name):
     return loader.get_function("complex.cu", name, prelude=complex_table_prelude())
 
 
-# --------------------------------------------------------------------------- embedding
+# --------------------------------------------------------------------------- operands
 
-def _parts(Xr, Xi):
-    """``(Xr, Xi, rs, cs, rows_fast)``: the two parts as float64 views with one pair of
-    element strides, as the kernels read them (:func:`._common.as_rows`); contiguous
-    copies when their strides differ or are not whole elements."""
-    X, rs, cs, rf = as_rows(Xr)
+def _same_strides(Xr, Xi):
+    """The two parts as float64 views with one pair of element strides, as the kernels
+    read them (:func:`._common.as_rows`): themselves (a complex128 array's ``.real`` and
+    ``.imag``), else contiguous copies."""
+    X, rs, cs, _ = as_rows(Xr)
     Y, rsi, csi, _ = as_rows(Xi)
     if (rs, cs) != (rsi, csi) or X is not Xr or Y is not Xi:
-        Y = cupy.ascontiguousarray(Xi)
-        X, rs, cs, rf = as_rows(cupy.ascontiguousarray(Xr))
-    return X, Y, rs, cs, rf
+        return cupy.ascontiguousarray(Xr), cupy.ascontiguousarray(Xi)
+    return X, Y
 
 
-def embedding(Ar, Ai, Br, Bi, flags=None):
-    """``(Â, B̂ᵀ, S)``: the real embedding of the equilibrated parts (float64 views of
-    any strides, ``Ar``/``Ai`` (m, k), ``Br``/``Bi`` (k, n)): ``Â = [Ar, -Ai] 2^-S``
-    (m, 2k) and ``B̂ᵀ`` (2n, 2k) with rows ``[Br_j, Bi_j] 2^S`` and
-    ``[Bi_j, -Br_j] 2^S``; ``S`` (int32, k) the complex rule's exponents. ``flags``
-    (int32 device array of 4, zero on entry), when given, receives ``[A holds Inf/NaN,
-    A has a non-zero imaginary part, the same for B]`` from the same pass."""
-    fa = None if flags is None else flags[:2]
-    fb = None if flags is None else flags[2:]
+class Parts(NamedTuple):
+    """The operands of a complex product as the kernels read them, in place: ``Ar``,
+    ``Ai`` (m, k) and ``BrT``, ``BiT`` (n, k: B's columns as rows), each pair with one
+    pair of element strides, and ``S`` (int32, k), the complex rule's equilibration
+    exponents (``2^-S`` on A's parts, ``2^S`` on B's, applied on the fly). The real
+    embedding ``Â = [Ar, -Ai]``, ``B̂ = [[Br, Bi], [Bi, -Br]]`` whose statistics and bound
+    GEMM the certificate reads is never stored."""
+
+    Ar: object
+    Ai: object
+    BrT: object
+    BiT: object
+    S: object
+
+    @classmethod
+    def of(cls, Ar, Ai, Br, Bi):
+        """The parts (float64 views of any strides: ``Ar``/``Ai`` (m, k), ``Br``/``Bi``
+        (k, n)) and their equilibration (:func:`.scaling.equilibration` on
+        ``[Ar; Ai]`` and ``[Br, Bi]``)."""
+        Ar, Ai = _same_strides(Ar, Ai)
+        BrT, BiT = _same_strides(Br.T, Bi.T)
+        return cls(Ar, Ai, BrT, BiT, scaling.equilibration((Ar, Ai), (BrT, BiT))[0])
+
+    def scaled(self):
+        """``(Ar, Ai, Br, Bi)`` equilibrated, as new arrays (exact; the rare paths)."""
+        S = self.S.astype(np.int32)[None, :]
+        return (cupy.ldexp(self.Ar, -S), cupy.ldexp(self.Ai, -S),
+                cupy.ldexp(self.BrT, S).T, cupy.ldexp(self.BiT, S).T)
+
+
+def _sides(parts: Parts, mode, gmax, nonzero):
+    """The :class:`.scaling.Side` of the embedding's rows, read from the parts: ``Â``'s
+    ``[Ar_i, -Ai_i]`` and ``B̂ᵀ``'s ``[Br_j, Bi_j]`` and ``[Bi_j, -Br_j]`` (the same
+    entries, so the same exponent, thresholds, counts and row sums; only the non-zero
+    range along ``2k`` differs, recorded by the same launches). ``gmax[0]`` is raised
+    above 1024 by an Inf/NaN entry; ``nonzero[0]``, ``nonzero[1]`` are set when ``Ai``,
+    ``Bi`` have a non-zero entry."""
+    Ar, Ai, BrT, BiT, S = parts
     m, k = Ar.shape
-    n = Br.shape[1]
-    S = scaling.equilibration((Ar, Ai), (Br.T, Bi.T))[0]
-    Ah = cupy.empty((m, 2 * k), dtype=np.float64)
-    Bh = cupy.empty((2 * n, 2 * k), dtype=np.float64)
-    if m and k:
-        Xr, Xi, rs, cs, _ = _parts(Ar, Ai)
-        _kernel("oz_cx_embed_a")(
-            (blocks(m * k),), (256,), (Xr, Xi, rs, cs, np.int32(m), np.int32(k), S, Ah, fa))
-    if n and k:
-        Yr, Yi, rs, cs, _ = _parts(Br, Bi)
-        _kernel("oz_cx_embed_b")(
-            (-(-n // 32), -(-k // 32)), (32, 8),
-            (Yr, Yi, rs, cs, np.int32(k), np.int32(n), S, Bh, fb))
-    return Ah, Bh, S
+    n = BrT.shape[0]
+    sa = scaling.statistics_buffer(m, 2 * k)
+    scaling.row_stats_into(Ar, S, -1, sa, gmax)
+    scaling.row_stats_into(Ai, S, -1, sa, gmax, koff=k, nonzero=nonzero[0:1])
+    sb = scaling.statistics_buffer(2 * n, 2 * k)
+    top, mirror = sb[:, :n], sb[:, n:]
+    scaling.row_stats_into(BrT, S, 1, top, gmax, mirror=(mirror[4], mirror[5]), koff2=k)
+    scaling.row_stats_into(BiT, S, 1, top, gmax, koff=k, mirror=(mirror[4], mirror[5]),
+                           nonzero=nonzero[1:2])
+    mirror[:3] = top[:3]
+    for st in (sa, sb):
+        scaling.finish_exponents(st)
+    a = scaling.Side((Ar, Ai), -1, *sa[:4], lo=sa[4], hi=sa[5])
+    b = scaling.Side((BrT, BiT), 1, *sb[:4], lo=sb[4], hi=sb[5])
+    if mode == "fast":
+        a.Sq = cupy.zeros(m, dtype=np.uint64)
+        b.Sq = cupy.zeros(2 * n, dtype=np.uint64)
+        for X in (Ar, Ai):
+            scaling.row_sumsq_into(X, S, -1, a.E, 2 * k, a.Sq)
+        for X in (BrT, BiT):
+            scaling.row_sumsq_into(X, S, 1, b.E[:n], 2 * k, b.Sq[:n])
+        b.Sq[n:] = b.Sq[:n]
+    return a, b
 
 
-def halves(Ah, Bh):
-    """The parts ``(Ar, -Ai, Br^T, Bi^T)`` as views of the embedding's halves (``-Ai``:
-    the right half of ``Â`` holds the negated imaginary part)."""
-    k = Ah.shape[1] // 2
-    n = Bh.shape[0] // 2
-    return Ah[:, :k], Ah[:, k:], Bh[:n, :k], Bh[:n, k:]
+class EmbeddingBound:
+    """The embedding's bound GEMM ``P = [P1, P2]`` (m x 2n) from two INT8 GEMMs of the
+    parts' size per tile (``kernels/complex.cu``: ``oz_cx_quantize``, then
+    ``oz_cx_bound_combine``), the same exact integers as ``alpha beta^T`` of the
+    embedding. The interface of :class:`.scaling.BoundMatrix`: :meth:`tile` takes a tile
+    of P's columns within one half (:func:`bound_tiles`) and returns it as a view; a
+    block of B's columns computes both halves, so the two tiles of a pair share it."""
+
+    def __init__(self, a, b, S, k, tm, tn):
+        self.a, self.b, self.S, self.k = a, b, S, k
+        self.n = b.E.shape[0] // 2
+        self.kp = round_up(max(k, 1), KPAD)
+        self.half = round_up(tn, 16)
+        ws = self.layout(tm, tn, k)
+        v = ws.carve(cupy.empty(ws.nbytes, dtype=np.uint8))
+        self.QAp, self.QAm, self.QBp, self.QBm, self.P = (
+            v[x] for x in ("QAp", "QAm", "QBp", "QBm", "P"))
+        self.P32 = v.get("P32")
+        self._rows_key = self._cols_key = self._tile_key = None
+        self._summed = set()
+
+    @staticmethod
+    def layout(tm, tn, k) -> Workspace:
+        """The buffers of ``(tm, tn)`` tiles (``tn`` columns of B: both halves of P)."""
+        kp = round_up(max(k, 1), KPAD)
+        ld = round_up(2 * round_up(tn, 16), LDC_PAD)
+        ws = Workspace()
+        for name, rows in (("QAp", tm), ("QAm", tm), ("QBp", tn), ("QBm", tn)):
+            ws.need(name, (rows, kp), np.int8)
+        # P1 <= 2k 127^2 + ...: the embedding's (2k long) rule for int64 P.
+        if round_up(2 * max(k, 1), KPAD) > scaling.BOUND_CHUNK:
+            ws.need("P", (tm, ld), np.int64)
+            ws.need("P32", (tm, ld), np.int32)
+        else:
+            ws.need("P", (tm, ld), np.int32)
+        return ws
+
+    def counted(self, tiles):
+        """Mark the row sums of every block of ``tiles`` as accumulated already."""
+        n = self.n
+        self._summed = {("a", (i0, i1)) for (i0, i1, _, _) in tiles} | \
+            {("b", (j0, j1)) for (_, _, j0, j1) in tiles if j0 < n}
+        return self
+
+    def _quantize(self, which, key, Qp, Qm):
+        side = self.a if which == "a" else self.b
+        i0, i1 = key
+        Xr, Xi = (X[i0:i1] for X in side.X_op)
+        rows = i1 - i0
+        first = (which, key) not in self._summed
+        SA = side.SA[i0:i1] if first else cupy.empty(rows, dtype=np.int32)
+        Xr, rs, cs, rf = as_rows(Xr)
+        Xi = as_rows(Xi)[0]
+        _kernel("oz_cx_quantize")(
+            (-(-self.kp // 64), -(-rows // 32)), (256,),
+            (Xr, Xi, rs, cs, np.int32(rows), np.int32(self.k), rf, self.S,
+             np.int32(side.ks), np.int32(self.kp), side.E[i0:i1], Qp, Qm, SA))
+        if first and which == "b":      # the mirrored rows' sums: the same entries
+            n = self.n
+            side.SA[n + i0:n + i1] = SA
+        self._summed.add((which, key))
+
+    def _gemms(self, rows, cols):
+        """``[G+, G-]`` of the current blocks into P (int64 through int32 chunks of k)."""
+        P, kp = self.P, self.kp
+        ld = P.shape[1]
+        pairs = ((self.QAp, self.QBp, 0), (self.QAm, self.QBm, self.half))
+        if P.dtype == np.int32:
+            for QA, QB, off in pairs:
+                gemm_tn(QA.data.ptr, QB.data.ptr, P.data.ptr + 4 * off, rows, cols, kp,
+                        kp, kp, ld)
+            return
+        P[:rows].fill(0)
+        acc = loader.get_function("scaling.cu", "oz_accumulate_i64")
+        for k0 in range(0, kp, scaling.BOUND_CHUNK):
+            kc = min(scaling.BOUND_CHUNK, kp - k0)
+            for QA, QB, off in pairs:
+                gemm_tn(QA.data.ptr + k0, QB.data.ptr + k0, self.P32.data.ptr + 4 * off,
+                        rows, cols, kc, kp, kp, ld)
+            acc((blocks(rows * ld),), (256,), (self.P32, P, np.int64(rows * ld)))
+
+    def tile(self, i0, i1, j0, j1):
+        """The P tile of rows ``i0:i1`` and columns ``j0:j1`` (within one half), a view."""
+        n = self.n
+        right = j0 >= n
+        c0, c1 = (j0 - n, j1 - n) if right else (j0, j1)
+        if self._tile_key != (i0, i1, c0, c1):
+            if self._rows_key != (i0, i1):
+                self._quantize("a", (i0, i1), self.QAp, self.QAm)
+                self._rows_key = (i0, i1)
+            if self._cols_key != (c0, c1):
+                self._quantize("b", (c0, c1), self.QBp, self.QBm)
+                self._cols_key = (c0, c1)
+            rows, cols = i1 - i0, c1 - c0
+            self._gemms(rows, cols)
+            wide = self.P.dtype == np.int64
+            _kernel(f"oz_cx_bound_combine_{'i64' if wide else 'i32'}")(
+                (-(-cols // 256), min(rows, 65535)), (256,),
+                (self.P, np.int64(self.P.shape[1]), np.int32(rows), np.int32(cols),
+                 np.int64(self.half), self.a.SA[i0:i1], self.b.SA[c0:c1],
+                 np.int32(self.k)))
+            self._tile_key = (i0, i1, c0, c1)
+        off = self.half if right else 0
+        return self.P[:, off:off + c1 - c0]
+
+    def kernel(self, name, table=COMPLEX_TABLE):
+        """The ``_i32`` or ``_i64`` variant of a kernel reading P tiles."""
+        return scaling.kernel(f"{name}_{'i64' if self.P.dtype == np.int64 else 'i32'}",
+                              table)
 
 
-def _tie(kept, n):
-    """``kept[:, j] = kept[:, n + j] = min(...)``: the shifts of the real and the
-    imaginary part of column ``j`` of ``B`` are tied (``t = kept - F`` with the same
-    ``F`` and non-zero count for both columns, so tying the kept bits ties ``t``)."""
-    tc = cupy.minimum(kept[:, :n], kept[:, n:])
-    kept[:, :n] = tc
-    kept[:, n:] = tc
+def bound_tiles(m, n, k):
+    """``(tm, tn, tiles)``: the tiles of the embedding's P (m x 2n) within the workspace
+    budget, in pairs ``(i0, i1, j0, j1)``, ``(i0, i1, n + j0, n + j1)`` that share one
+    block of B's columns."""
+    tm, tn = pipeline.tiles_for(m, n, lambda tm, tn: EmbeddingBound.layout(tm, tn, k).nbytes)
+    tiles = []
+    for (i0, i1, j0, j1) in pipeline._tile_list(m, n, tm, tn):
+        tiles += [(i0, i1, j0, j1), (i0, i1, n + j0, n + j1)]
+    return tm, tn, tiles
 
 
-def prepare(Ar, Ai, Br, Bi, mode, ph=None, flags=None):
-    """``(Â, B̂ᵀ, prep)``: the embedding (``flags``: as :func:`embedding`'s) and its
-    :class:`.pipeline.Prepared` (statistics, bound GEMM, kept bits over the complex
-    table, tied)."""
+def prepare(Ar, Ai, Br, Bi, mode, ph=None, nonzero=None, fixed=None):
+    """``(parts, prep)``: the :class:`Parts` and the :class:`.pipeline.Prepared` of the
+    embedding (statistics, bound GEMM, kept bits over the complex table, tied; around
+    the ``fixed`` count when the plan fixes it), read from the parts in place.
+    ``prep.st[0]`` exceeds 1024 when an operand holds Inf/NaN; ``nonzero`` (int32
+    device array of 2, zero on entry) receives whether ``Ai`` and ``Bi`` have a
+    non-zero entry, from the same passes."""
     with (ph or pipeline._nothing)("scaling"):
-        Ah, Bh, _ = embedding(Ar, Ai, Br, Bi, flags)
-    prep = pipeline.Prepared(Ah, None, mode, ph, certify=True, Bt=Bh, equilibrate=False,
-                             table=COMPLEX_TABLE)
-    with (ph or pipeline._nothing)("scaling"):
-        _tie(prep.b.kept, Bh.shape[0] // 2)
-    return Ah, Bh, prep
+        parts = Parts.of(Ar, Ai, Br, Bi)
+        m, k = parts.Ar.shape
+        n = parts.BrT.shape[0]
+        st = cupy.zeros(4, dtype=np.int32)
+        if nonzero is None:
+            nonzero = cupy.zeros(2, dtype=np.int32)
+        a, b = _sides(parts, mode, st[:1], nonzero)
+        tm, tn, btiles = bound_tiles(m, n, k)
+        bm = EmbeddingBound(a, b, parts.S, k, tm, tn)
+        pipeline._note_workspace()
+
+        def fresh_bound():
+            return EmbeddingBound(a, b, parts.S, k, tm, tn).counted(btiles)
+
+        prep = pipeline.Prepared.of_sides(a, b, parts.S, 2 * k, mode, st, btiles, bm,
+                                          fresh_bound, COMPLEX_TABLE, fixed=fixed)
+    return parts, prep
 
 
 # --------------------------------------------------------------------------- stages
 
-def residue_planes(Xr, Xi, shift, n_moduli, negate_imag=False):
+def residue_planes(Xr, Xi, shift, n_moduli, negate_imag=False, S=None, ks=0):
     """``(U, V)``: int8 planes ``(N, rows, kpad)`` of both Gaussian maps of
-    ``trunc(X 2^shift_row)`` (``Xr``, ``Xi``: the parts read row-wise, float64 views of
-    the same strides; ``negate_imag``: ``Xi`` holds ``-Im``)."""
+    ``trunc(X 2^shift_row)`` (``Xr``, ``Xi``: the parts read row-wise, float64 views;
+    ``negate_imag``: map ``Xr - i Xi``; ``S``, ``ks``: the equilibration, ``x 2^(ks S_k)``,
+    applied on the fly)."""
     rows, cols = Xr.shape
     kpad = round_up(max(cols, 1), KPAD)
     U = cupy.empty((n_moduli, rows, kpad), dtype=np.int8)
     V = cupy.empty_like(U)
     if rows:
-        Xr, Xi, rs, cs, rf = _parts(Xr, Xi)
+        Xr, Xi = _same_strides(Xr, Xi)
+        Xr, rs, cs, rf = as_rows(Xr)
         _kernel("oz_cx_residues")(
             (-(-kpad // 64), -(-rows // 32)), (1024,),    # kernels/complex.cu OZ_CX_THREADS
-            (Xr, Xi, rs, cs, np.int32(rows), np.int32(cols), rf, np.int32(kpad),
-             cupy.asarray(shift).astype(np.int32), U, V, np.int64(rows * kpad),
-             np.int32(n_moduli), np.int32(bool(negate_imag))))
+            (Xr, Xi, rs, cs, np.int32(rows), np.int32(cols), rf, S, np.int32(ks),
+             np.int32(kpad), cupy.asarray(shift).astype(np.int32), U, V,
+             np.int64(rows * kpad), np.int32(n_moduli), np.int32(bool(negate_imag))))
     return U, V
 
 
@@ -206,30 +371,28 @@ def workspace_bytes(tm, tn, kpad, N):
     return planes + prods
 
 
-def integer_product_into(Ah, Bh, s, t, n_moduli, out, ph=None):
+def integer_product_into(parts: Parts, s, t, n_moduli, out, ph=None):
     """``out = RN(Re A'B' 2^(-s-t)) + i RN(Im A'B' 2^(-s-t))`` (complex128 ``(m, n)``)
-    for the Gaussian integers of the embedding's scaled parts (``Ah``, ``Bh``: from
-    :func:`embedding`) with exponents ``s`` (m,) and ``t`` (n,), tile by tile within the
-    workspace budget (:func:`.pipeline.tiles_for`; every element is computed alone, so
-    the tiles give the same bits)."""
+    for the Gaussian integers of the equilibrated parts (:class:`Parts`) with exponents
+    ``s`` (m,) and ``t`` (n,), tile by tile within the workspace budget
+    (:func:`.pipeline.tiles_for`; every element is computed alone, so the tiles give the
+    same bits)."""
     ph = ph or pipeline._nothing
-    m = Ah.shape[0]
-    k = Ah.shape[1] // 2
-    n = Bh.shape[0] // 2
+    Ar, Ai, BrT, BiT, S = parts
+    m, k = Ar.shape
+    n = BrT.shape[0]
     N = n_moduli
     kpad = round_up(max(k, 1), KPAD)
-    Ar, Ain, BrT, BiT = halves(Ah, Bh)
     s32, t32 = s.astype(np.int32, copy=False), t.astype(np.int32, copy=False)
     tm, tn = pipeline.tiles_for(m, n, lambda tm, tn: workspace_bytes(tm, tn, kpad, N))
     for j0 in range(0, n, tn):
         j1 = min(n, j0 + tn)
         with ph("residues"):
-            UB, VB = residue_planes(BrT[j0:j1], BiT[j0:j1], t32[j0:j1], N)
+            UB, VB = residue_planes(BrT[j0:j1], BiT[j0:j1], t32[j0:j1], N, S=S, ks=1)
         for i0 in range(0, m, tm):
             i1 = min(m, i0 + tm)
             with ph("residues"):
-                UA, VA = residue_planes(Ar[i0:i1], Ain[i0:i1], s32[i0:i1], N,
-                                        negate_imag=True)
+                UA, VA = residue_planes(Ar[i0:i1], Ai[i0:i1], s32[i0:i1], N, S=S, ks=-1)
             with ph("gemms"):
                 C1 = products(UA, UB, N, i1 - i0, j1 - j0, kpad)
                 C2 = products(VA, VB, N, i1 - i0, j1 - j0, kpad)
@@ -322,7 +485,7 @@ def fixed_count(plan, k):
     return complex_moduli_for_bits(int(opts["bits"]), max(k, 1))
 
 
-def _certify(Ah, Bh, prep, s, t, C2, want_failures):
+def _certify(prep, s, t, C2, want_failures):
     """``oz_certify`` on ``C2 = [Re, Im]`` (m, 2n): ``(bound, failures or None)``."""
     bound = cupy.empty(C2.shape, dtype=np.float64)
     fails = cupy.zeros(1, dtype=np.int32) if want_failures else None
@@ -334,13 +497,13 @@ def _certify(Ah, Bh, prep, s, t, C2, want_failures):
 def _residual_term(Xr, Xi, Yr, Yi, mode):
     """``(run, T)`` of a remainder product with the most moduli (mirrors the
     reference's ``_residual_term``): ``run()`` gives ``[Re, Im]`` (m, 2n)."""
-    Ah, Bh, prep = prepare(Xr, Xi, Yr, Yi, mode)
+    parts, prep = prepare(Xr, Xi, Yr, Yi, mode, fixed=MAX_COMPLEX_MODULI)
     s, t = prep.shifts(MAX_COMPLEX_MODULI)
     n = Yr.shape[1]
 
     def run():
         C = cupy.empty((Xr.shape[0], n), dtype=np.complex128)
-        integer_product_into(Ah, Bh, s, t[:n], MAX_COMPLEX_MODULI, C)
+        integer_product_into(parts, s, t[:n], MAX_COMPLEX_MODULI, C)
         return _stacked(C)
 
     return run, spec.truncation_bound(prep.data(), s.astype(np.int64), t.astype(np.int64))
@@ -352,12 +515,11 @@ def _truncated(X, shift, axis):
     return cupy.ldexp(cupy.trunc(cupy.ldexp(X, sh)), -sh)
 
 
-def residual_pass(Ah, Bh, prep, n_moduli, d, C2):
+def residual_pass(parts: Parts, prep, n_moduli, d, C2):
     """The exact residual pass of a complex product (``docs/spec.md`` §11.4), as the
     reference's :func:`~ozaki_backend.reference.complex.residual_pass`: ``(C, bound)``
     in the embedding's layout, or None."""
-    Ar, Ain, BrT, BiT = halves(Ah, Bh)
-    Ai, Br, Bi = -Ain, BrT.T, BiT.T           # the equilibrated parts (exact)
+    Ar, Ai, Br, Bi = parts.scaled()             # the equilibrated parts (exact)
     n = Br.shape[1]
     s, t = (x.astype(np.int64) for x in prep.shifts(n_moduli))
     tn = t[:n]
@@ -379,7 +541,7 @@ def product_2d(A, B, plan, *, want_bound=False, phases=None, real_a=None, real_b
     strides) the usual path writes ``C`` into (``C`` is then ``out``).
 
     Two complex operands are checked for Inf/NaN and zero imaginary parts by the
-    embedding's own pass and read back with the certificate's count (one
+    statistics' own passes and read back with the certificate's count (one
     synchronisation); an operand found real is then multiplied as a real one (§11.5)."""
     m, k = A.shape
     n = B.shape[1]
@@ -403,7 +565,7 @@ def product_2d(A, B, plan, *, want_bound=False, phases=None, real_a=None, real_b
         return _mixed(A, B, plan, want_bound)
     done, res = pipeline.with_retries(
         lambda: _complex_once(A, B, plan, want_bound, phases, None if known else
-                              cupy.zeros(4, dtype=np.int32), out))
+                              cupy.zeros(2, dtype=np.int32), out))
     if done:
         return res
     # Out of device memory even with the smallest tiles: ZGEMM (less memory), warned.
@@ -413,25 +575,24 @@ def product_2d(A, B, plan, *, want_bound=False, phases=None, real_a=None, real_b
     return C, (cupy.full((m, n), np.inf) if want_bound else None)
 
 
-def _complex_once(A, B, plan, want_bound, phases, flags, out):
+def _complex_once(A, B, plan, want_bound, phases, nonzero, out):
     """One attempt at the product of two complex operands (:func:`product_2d`), within
-    the current workspace budget; ``flags``: a zeroed device array of 4 when the
-    operands were not checked for Inf/NaN and zero imaginary parts yet."""
+    the current workspace budget; ``nonzero``: a zeroed device array of 2 when the
+    operands were not checked for zero imaginary parts (nor for Inf/NaN) yet."""
     m, k = A.shape
     n = B.shape[1]
-    Ah, Bh, prep = prepare(A.real, A.imag, B.real, B.imag, plan.mode, phases, flags)
     fixed = None if plan.adaptive else fixed_count(plan, k)
+    parts, prep = prepare(A.real, A.imag, B.real, B.imag, plan.mode, phases, nonzero, fixed)
     with (phases or pipeline._nothing)("scaling"):
         st = prep.status(True, fixed=fixed)
-    host = (st if flags is None else cupy.concatenate([flags, st])).get()
-    if flags is not None:
-        fl, host = host[:4], host[4:]
-        if fl[0] or fl[2]:
-            return None
-        if not (fl[1] and fl[3]):           # found real: its parts were embedded for nothing
-            return product_2d(A, B, plan, want_bound=want_bound, phases=phases,
-                              real_a=not fl[1], real_b=not fl[3], out=out)
-    _, need, unsure = (int(v) for v in host)
+    host = (st if nonzero is None else cupy.concatenate([nonzero, st])).get()
+    if host[-4] > 1024:
+        return None                         # Inf/NaN: the caller's native product
+    if nonzero is not None and not (host[0] and host[1]):
+        # found real: its parts were read for nothing
+        return product_2d(A, B, plan, want_bound=want_bound, phases=phases,
+                          real_a=not host[0], real_b=not host[1], out=out)
+    need, unsure = prep.count(host[-4:], fixed)
     if fixed is None:
         N = certificate.chosen_count(need, unsure, COMPLEX_TABLE)
         outcome = CERTIFIED
@@ -443,15 +604,15 @@ def _complex_once(A, B, plan, want_bound, phases, flags, out):
         prep.release()              # the bound GEMM's workspace: only the rare paths
     s, t = prep.shifts(N)
     C = out if out is not None else cupy.empty((m, n), dtype=np.complex128)
-    integer_product_into(Ah, Bh, s, t[:n], N, C, phases)
+    integer_product_into(parts, s, t[:n], N, C, phases)
     _stats.record_moduli(N)
     b = None
     if escalate or want_bound:
         C2 = _stacked(C)
-        b2, fails = _certify(Ah, Bh, prep, s, t, C2, escalate)
+        b2, fails = _certify(prep, s, t, C2, escalate)
         if fails:
             d = prep.data()
-            rp = residual_pass(Ah, Bh, prep, N, d, C2)
+            rp = residual_pass(parts, prep, N, d, C2)
             if rp is not None:
                 C2, b2 = rp
                 _stats.record_certificate(RESIDUAL)
@@ -502,10 +663,9 @@ def moduli_for(A, B, plan):
         return fixed_count(plan, A.shape[1])
     if 0 in A.shape or B.shape[1] == 0:
         return MIN_MODULI
-    _, _, prep = prepare(A.real, A.imag, B.real, B.imag, plan.mode)
-    _, need, unsure = (int(v) for v in prep.status(True).get())
-    return certificate.chosen_count(need, unsure, COMPLEX_TABLE)
+    _, prep = prepare(A.real, A.imag, B.real, B.imag, plan.mode)
+    return certificate.chosen_count(*prep.count(prep.status(True).get()), COMPLEX_TABLE)
 
 
 __all__ = ["product_2d", "product_stacks", "moduli_for", "integer_product_into",
-           "embedding", "prepare", "residue_planes", "recombine_crt_into"]
+           "Parts", "EmbeddingBound", "prepare", "residue_planes", "recombine_crt_into"]

@@ -135,12 +135,14 @@ def _attempt(a, b, plan, out, check_finite, phases):
     try:
         with pipeline.tile_extra(extra):
             prep = pipeline.Prepared(A, None, plan.mode, ph, certify=True,
-                                     sym=transpose_pair(a, b), Bt=Bt, block=block)
+                                     sym=transpose_pair(a, b), Bt=Bt, block=block,
+                                     fixed=None if plan.adaptive else plan.n_moduli)
             with ph("scaling"):
                 st = prep.status(True, fixed=None if plan.adaptive else plan.n_moduli)
-            emax, need, unsure = (int(v) for v in st.get())
-            if check_finite and emax > 1024:
+            host = st.get()
+            if check_finite and host[0] > 1024:
                 return None
+            need, unsure = prep.count(host, None if plan.adaptive else plan.n_moduli)
             if plan.adaptive:
                 if unsure:
                     warn_native("out of core, the product needs the a-posteriori test "

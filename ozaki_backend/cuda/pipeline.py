@@ -237,9 +237,10 @@ class Prepared:
     """
 
     def __init__(self, A, B, mode, ph=None, certify=True, sym=False, Bt=None, block=None,
-                 equilibrate=True, table=REAL_TABLE):
+                 equilibrate=True, table=REAL_TABLE, fixed=None):
         ph = ph or _nothing
         self.table = table
+        self.tied = False
         self.A, self.Bt = A, (B.T if Bt is None else Bt)
         self.sym = sym
         m, self.k = A.shape
@@ -247,9 +248,9 @@ class Prepared:
         self.mode = mode
         self.kpad = kpad = round_up(self.k, KPAD)
         with ph("scaling"):
-            # [Inf/NaN flag (above 1024), count, uncertified elements]: the one small
-            # array the usual path reads back.
-            self.st = cupy.zeros(3, dtype=np.int32)
+            # [Inf/NaN flag (above 1024), count, uncertified elements, undecided
+            # elements]: the one small array the usual path reads back.
+            self.st = cupy.zeros(4, dtype=np.int32)
             self.S = (scaling.equilibration(self.A, self.Bt, block)[0] if equilibrate
                       else None)
             self.a = scaling.side_statistics(self.A, self.S, -1, mode, gmax=self.st[:1],
@@ -266,45 +267,113 @@ class Prepared:
             self.bm = BoundMatrix(self.a, self.b, self.S, kpad, tm, tn) if need else None
             if self.bm is not None:
                 self.bm.symmetric = sym and len(self.btiles) == 1
-            scaling.kept_bits(self.a, self.b, self.bm, self.btiles if need else [], mode,
-                              table)
-            if sym:
-                # B = A.T: both sides take the row rule (t = s), as the reference's
-                # scaling.shifts does for a symmetric product.
-                self.b.kept = self.a.kept
+            self.window = count_window(self, fixed)
+            self._kept(self.btiles if need else [], self.bm)
         _note_workspace()
+
+    def _kept(self, tiles, bm):
+        scaling.kept_bits(self.a, self.b, bm, tiles, self.mode, self.table, self.window,
+                          self.tied)
+        if self.sym:
+            # B = A.T: both sides take the row rule (t = s), as the reference's
+            # scaling.shifts does for a symmetric product.
+            self.b.kept = self.a.kept
 
     def status(self, certify, fixed=None):
         """Queue the certificate's count (with ``certify``; or the test of the ``fixed``
         count) into the small device array ``[Inf/NaN flag (above 1024), count,
-        uncertified elements]`` and return it."""
+        uncertified elements, undecided elements]`` and return it."""
         st = self.st
+        if fixed is not None:
+            self._cover(fixed)
         if certify:
             certificate.counts_into(self.a, self.b, self.bm, self.btiles, self.k, st,
-                                    fixed=fixed, table=self.table)
+                                    fixed=fixed, table=self.table, window=self.window)
         return st
+
+    def count(self, host, fixed=None):
+        """``(need, unsure)`` from the read-back ``host`` status (:meth:`status`): the
+        search repeated over every count (their kept bits computed first) when the
+        window of counts did not decide it — a second read-back, for data unlike
+        ordinary data."""
+        need, unsure, outside = (int(v) for v in host[1:4])
+        if fixed is not None or certificate.decided(need, outside, self.window, self.table):
+            return need, unsure
+        self.widen()
+        self.st[1:].fill(0)
+        _, need, unsure, _ = (int(v) for v in self.status(True).get())
+        return need, unsure
+
+    def widen(self):
+        """Compute the kept bits of every count, not only the window's."""
+        if self.window is not None:
+            self.window = None
+            self._kept(self.btiles, self.bound_matrix())
+
+    def _cover(self, n_moduli):
+        """Make sure the kept bits of ``n_moduli`` are computed (a count outside the
+        window: every count's)."""
+        if self.window is not None and n_moduli - self.table.counts[0] not in self.window[2]:
+            self.widen()
 
     def shifts(self, n_moduli):
         """int32 ``(s, t)`` for ``n_moduli``."""
+        self._cover(n_moduli)
         return scaling.shifts_for(self.a, n_moduli), scaling.shifts_for(self.b, n_moduli)
 
     def release(self):
         """Free the bound GEMM's workspace (it is recomputed if needed again)."""
         self.bm = None
 
+    @classmethod
+    def of_sides(cls, a, b, S, k, mode, st, btiles, bm, fresh_bound, table, fixed=None):
+        """Stages 0–1 computed by the caller (the complex scheme reads its embedding's
+        rows from the parts in place): the sides ``a``, ``b``, the bound GEMM ``bm`` over
+        ``btiles`` and ``fresh_bound()`` (a new one, its row sums already counted, for
+        :meth:`bound_matrix`); ``k``: the rows' length; ``st``: the status array (four
+        zeros, ``[0]`` raised by an Inf/NaN entry); ``fixed``: the count when the plan
+        fixes it. Computes the kept bits, B's two halves tied (the complex columns)."""
+        self = cls.__new__(cls)
+        self.table, self.A, self.Bt, self.sym = table, a.X_op, b.X_op, False
+        self.k, self.kpad, self.mode, self.st, self.S = k, round_up(k, KPAD), mode, st, S
+        self.a, self.b, self.btiles, self.bm = a, b, btiles, bm
+        self._fresh_bound = fresh_bound
+        self.tied = True
+        self.window = count_window(self, fixed)
+        self._kept(btiles, bm)
+        return self
+
+    def _fresh_bound(self):
+        (i0, i1, j0, j1) = self.btiles[0]
+        bm = BoundMatrix(self.a, self.b, self.S, self.kpad, i1 - i0, j1 - j0)
+        bm.symmetric = self.sym and len(self.btiles) == 1
+        bm._summed = {("a", (r0, r1)) for (r0, r1, _, _) in self.btiles} | \
+            {("b", (c0, c1)) for (_, _, c0, c1) in self.btiles}
+        return bm
+
     def bound_matrix(self):
         """The bound GEMM, recomputed into fresh buffers after :meth:`release`."""
         if self.bm is None:
-            (i0, i1, j0, j1) = self.btiles[0]
-            self.bm = BoundMatrix(self.a, self.b, self.S, self.kpad, i1 - i0, j1 - j0)
-            self.bm.symmetric = self.sym and len(self.btiles) == 1
-            self.bm._summed = {("a", (r0, r1)) for (r0, r1, _, _) in self.btiles} | \
-                {("b", (c0, c1)) for (_, _, c0, c1) in self.btiles}
+            self.bm = self._fresh_bound()
         return self.bm
 
     def data(self):
         """The certificate's view (:class:`~ozaki_backend.spec.certificate.CertData`)."""
         return certificate.data(self.a, self.b, self.bound_matrix(), self.btiles, self.k)
+
+
+def count_window(prep, fixed=None):
+    """The counts whose kept bits ``prep`` computes in accurate mode
+    (:func:`.scaling.count_window`): around the ``fixed`` count, or where the
+    certificate's search starts; None (every count) in fast mode, whose kept bits are
+    cheap."""
+    if prep.mode == "fast":
+        return None
+    m, n = prep.a.E.shape[0], prep.b.E.shape[0]
+    t = prep.table
+    start = (certificate.start_index(prep.k, m * n, t) if fixed is None
+             else fixed - t.counts[0])
+    return scaling.count_window(t, start)
 
 
 def integer_product_into(prep: Prepared, n_moduli, s, t, out, *, alpha=1.0, beta=0.0,
@@ -384,7 +453,7 @@ def integer_product_into(prep: Prepared, n_moduli, s, t, out, *, alpha=1.0, beta
 def _fixed_product(A, B, n_moduli, mode):
     """``(run, T)`` of a product with a fixed count and its truncation bound (the
     residual pass's remainders): ``run()`` returns the rounded product."""
-    prep = Prepared(A, B, mode)
+    prep = Prepared(A, B, mode, fixed=n_moduli)
     s, t = prep.shifts(n_moduli)
     T = spec.truncation_bound(prep.data(), s.astype(np.int64), t.astype(np.int64))
 
@@ -533,7 +602,8 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
         return CERTIFIED
     ph = phases or _nothing
     read = plan.adaptive or check_finite
-    prep = Prepared(A, B, plan.mode, ph, certify=read or bound is not None, sym=sym)
+    prep = Prepared(A, B, plan.mode, ph, certify=read or bound is not None, sym=sym,
+                    fixed=None if plan.adaptive else plan.n_moduli)
     # The certificate's count (and the Inf/NaN flag): read back when the count decides
     # the product or the caller asks for the flag (the engine always does) — the one
     # synchronisation of the usual path. A fixed count computed without the read (the
@@ -542,9 +612,10 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
     with ph("scaling"):
         st = prep.status(read, fixed=None if plan.adaptive else plan.n_moduli)
     if read:
-        emax, need, unsure = (int(v) for v in st.get())
-        if check_finite and emax > 1024:
+        host = st.get()
+        if check_finite and host[0] > 1024:
             return None
+        need, unsure = prep.count(host, None if plan.adaptive else plan.n_moduli)
         if plan.adaptive:
             N = certificate.chosen_count(need, unsure)
         else:
@@ -618,5 +689,4 @@ def moduli_for(A, B, plan):
     if 0 in A.shape or B.shape[1] == 0:
         return 2
     prep = Prepared(A, B, plan.mode, sym=transpose_pair(A, B))
-    _, need, unsure = (int(v) for v in prep.status(True).get())
-    return certificate.chosen_count(need, unsure)
+    return certificate.chosen_count(*prep.count(prep.status(True).get()))

@@ -178,7 +178,8 @@ class Side:
     ``E`` (0 for all-zero rows), ``X`` (exact thresholds, INT_MIN for all-zero rows),
     ``n`` (non-zero counts), ``SA`` (row sums of ``alpha``, filled by the bound GEMM's
     quantisation), ``Sq`` (fast mode: sums of squares), ``kept`` (``19 x rows``: bits
-    kept per count), ``ks`` (-1 for A, +1 for B)."""
+    kept per count), ``ks`` (-1 for A, +1 for B). ``X_op`` is the operand, or a tuple
+    of views whose rows side by side are the rows (the complex embedding's)."""
 
     X_op: object
     ks: int
@@ -190,6 +191,12 @@ class Side:
     kept: object = None
     lo: object = None
     hi: object = None
+
+    @property
+    def width(self) -> int:
+        """The length of the rows (``k``)."""
+        X = self.X_op
+        return sum(v.shape[1] for v in X) if isinstance(X, tuple) else X.shape[1]
 
 
 def side_statistics(X, S, ks, mode, gmax=None, block=None) -> Side:
@@ -218,29 +225,73 @@ def side_statistics(X, S, ks, mode, gmax=None, block=None) -> Side:
             side.Sq = cupy.concatenate([sd.Sq for sd in sides])
         return side
     rows, cols = X.shape
-    st = cupy.empty((6, rows), dtype=np.int32)
-    init_ints(st, INT_MIN, INT_MIN, 0, 0, cols, -1)
-    E, Xt, n, SA, lo, hi = st[0], st[1], st[2], st[3], st[4], st[5]
-    Xr, rs, cs, rf = as_rows(X) if rows and cols else (X, 0, 0, 0)
-    if rows and cols:
-        if gmax is None:
-            gmax = cupy.full(1, INT_MIN, dtype=np.int32)
-        loader.get_function("scaling.cu", "oz_row_stats")(
-            _reduce_grid(rows, cols, rf), (32, 8),
-            (Xr, rs, cs, np.int32(rows), np.int32(cols), rf, S, np.int32(ks), E, Xt, n,
-             lo, hi, gmax))
-    if rows:
-        loader.get_function("scaling.cu", "oz_zero_rows")((blocks(rows),), (256,),
-                                                          (E, np.int32(rows)))
-    side = Side(X, ks, E, Xt, n, SA, lo=lo, hi=hi)
+    st = statistics_buffer(rows, cols)
+    if gmax is None:
+        gmax = cupy.full(1, INT_MIN, dtype=np.int32)
+    row_stats_into(X, S, ks, st, gmax)
+    finish_exponents(st)
+    side = Side(X, ks, *st[:4], lo=st[4], hi=st[5])
     if mode == "fast":
         side.Sq = cupy.zeros(rows, dtype=np.uint64)
-        if rows and cols:
-            loader.get_function("scaling.cu", "oz_row_sumsq")(
-                _reduce_grid(rows, cols, rf), (32, 8),
-                (Xr, rs, cs, np.int32(rows), np.int32(cols), rf, S, np.int32(ks), E,
-                 np.int32(fast_quant_bits(cols)), side.Sq))
+        row_sumsq_into(X, S, ks, side.E, cols, side.Sq)
     return side
+
+
+def statistics_buffer(rows, cols):
+    """int32 ``(6, rows)``: ``E, X, n, SA, lo, hi`` of rows ``cols`` long, initialised as
+    :func:`row_stats_into` expects (an all-zero row keeps ``lo = cols``, ``hi = -1``)."""
+    st = cupy.empty((6, rows), dtype=np.int32)
+    init_ints(st, INT_MIN, INT_MIN, 0, 0, cols, -1)
+    return st
+
+
+def row_stats_into(X, S, ks, st, gmax, koff=0, mirror=None, koff2=0, nonzero=None):
+    """Accumulate the row statistics of the view ``X`` (``x 2^(ks S_k)``) into ``st``
+    (:func:`statistics_buffer`), its columns at ``koff`` of the rows' ``k`` (rows made of
+    several views side by side take one call per view). ``mirror``: a second ``(lo, hi)``
+    pair that records the same columns at ``koff2``; ``nonzero`` (int32 device array of
+    1): set when ``X`` has a non-zero entry. ``gmax[0]`` is raised above 1024 when a row
+    holds Inf/NaN."""
+    rows, cols = X.shape
+    if not (rows and cols):
+        return
+    Xr, rs, cs, rf = as_rows(X)
+    args = (Xr, rs, cs, np.int32(rows), np.int32(cols), rf, S, np.int32(ks), *st[:3],
+            st[4], st[5], gmax)
+    if koff == 0 and mirror is None and nonzero is None:
+        loader.get_function("scaling.cu", "oz_row_stats")(
+            _reduce_grid(rows, cols, rf), (32, 8), args)
+        return
+    lo2, hi2 = mirror if mirror is not None else (None, None)
+    loader.get_function("scaling.cu", "oz_row_stats_part")(
+        _reduce_grid(rows, cols, rf), (32, 8),
+        args + (np.int32(koff), lo2, hi2, np.int32(koff2), nonzero))
+
+
+def finish_exponents(st):
+    """``E = 0`` for the all-zero rows of a finished :func:`statistics_buffer`."""
+    rows = st.shape[1]
+    if rows:
+        loader.get_function("scaling.cu", "oz_zero_rows")((blocks(rows),), (256,),
+                                                          (st[0], np.int32(rows)))
+
+
+def row_sumsq_into(X, S, ks, E, k, Sq):
+    """Fast mode: ``Sq += `` the sums of squares of ``ceil(|x| 2^(D - E))`` over the rows
+    of the view ``X``, ``D = fast_quant_bits(k)`` for rows ``k`` long (``X`` may be one
+    of several views side by side)."""
+    rows, cols = X.shape
+    if rows and cols:
+        Xr, rs, cs, rf = as_rows(X)
+        loader.get_function("scaling.cu", "oz_row_sumsq")(
+            _reduce_grid(rows, cols, rf), (32, 8),
+            (Xr, rs, cs, np.int32(rows), np.int32(cols), rf, S, np.int32(ks), E,
+             np.int32(fast_quant_bits(k)), Sq))
+
+
+def row_stride(P):
+    """The row stride of a P tile (a view) in elements: the kernels' ``ldp``."""
+    return np.int64(P.strides[0] // P.itemsize)
 
 
 # --------------------------------------------------------------------------- bound GEMM
@@ -362,19 +413,50 @@ class BoundMatrix:
         return kernel(f"{name}_{'i64' if self.P.dtype == np.int64 else 'i32'}", table)
 
 
+#: Counts of a window of the column minimum (kernels/scaling.cu OZ_NW): four around
+#: where the certificate's search starts, and the largest.
+WINDOW = 5
+
+
+def count_window(table: CountTable, start):
+    """``(lo, hi, counts)``: the counts (indices into ``table.counts``) the certificate's
+    search visits when it starts at index ``start``: ``lo .. hi`` (two below ``start``,
+    one above) and the largest, ``WINDOW`` in all (``counts``, for the column minimum).
+    Ordinary data's count lies inside (``oz_cert_counts`` tells when it does not)."""
+    nn = len(table.counts)
+    lo = min(max(start - 2, 0), nn - WINDOW)
+    hi = lo + WINDOW - 2
+    if hi >= nn - 2:                    # the largest is next to the window: take it in
+        lo, hi = nn - WINDOW, nn - 1
+        return lo, hi, tuple(range(lo, hi + 1))
+    return lo, hi, tuple(range(lo, hi + 1)) + (nn - 1,)
+
+
 def kept_bits(a: Side, b: Side, bm: BoundMatrix, tiles, mode,
-              table: CountTable = REAL_TABLE):
+              table: CountTable = REAL_TABLE, window=None, tied=False):
     """Fill ``a.kept`` (NN x m) and ``b.kept`` (NN x n): the bits kept of each row's and
     column's largest element for every count of ``table`` (spec §2; NN counts, 19 for
-    the real table's 2..20). Both modes quantise the bound GEMM's operands here (the
-    certificate needs ``P``, ``SA``, ``SB`` anyway)."""
+    the real table's 2..20), or (accurate mode) only for the counts of ``window``
+    (:func:`count_window`; the other counts' rows are not meaningful). Both modes
+    quantise the bound GEMM's operands here (the certificate needs ``P``, ``SA``, ``SB``
+    anyway). ``tied``: B's columns ``j`` and ``n/2 + j`` are the two parts of one
+    complex column, whose shifts are tied to the smaller kept bits."""
+    _kept_bits(a, b, bm, tiles, mode, table, window)
+    if tied:
+        h = b.kept.shape[1] // 2
+        tc = cupy.minimum(b.kept[:, :h], b.kept[:, h:])
+        b.kept[:, :h] = tc
+        b.kept[:, h:] = tc
+
+
+def _kept_bits(a, b, bm, tiles, mode, table, window):
     m, n = a.E.shape[0], b.E.shape[0]
     eh, fh, empty = count_tables(table)
     NN = len(table.counts)
     a.kept = cupy.empty((NN, m), dtype=np.int32)
     b.kept = cupy.empty((NN, n), dtype=np.int32)
     if mode == "fast":
-        D = np.int32(fast_quant_bits(a.X_op.shape[1]))
+        D = np.int32(fast_quant_bits(a.width))
         fn = kernel("oz_kept_fast", table)
         for side, rows in ((a, m), (b, n)):
             if rows:
@@ -387,22 +469,26 @@ def kept_bits(a: Side, b: Side, bm: BoundMatrix, tiles, mode,
     for (i0, i1, j0, j1) in tiles:
         P = bm.tile(i0, i1, j0, j1)
         rowmax((-(-(i1 - i0) // 8),), (256,),
-               (P, np.int64(P.shape[1]), np.int32(i1 - i0), np.int32(j1 - j0),
+               (P, row_stride(P), np.int32(i1 - i0), np.int32(j1 - j0),
                 a.SA[i0:i1], a.n[i0:i1], b.SA[j0:j1], b.n[j0:j1], rmax[i0:i1]))
     sigma = cupy.empty((NN, m), dtype=np.int32)
     if m:
         kernel("oz_sigma_all", table)(
             (blocks(m),), (256,), (rmax, np.int32(m), eh, fh, sigma))
     tau = cupy.full((NN, n), INT_MAX, dtype=np.int32)
-    colmin = bm.kernel("oz_u_colmin", table)
+    if window is None:
+        colmin, cidx = bm.kernel("oz_u_colmin", table), None
+    else:
+        colmin = bm.kernel("oz_u_colmin_w", table)
+        cidx = cupy.asarray(np.array(window[2], dtype=np.int32))
     # Visit the tiles in reverse so that the last P tile of the first pass is reused.
     for (i0, i1, j0, j1) in reversed(tiles):
         P = bm.tile(i0, i1, j0, j1)
         grid = (-(-(j1 - j0) // 32), -(-(i1 - i0) // _PR))
         colmin(grid, (32, 8),
-               (P, np.int64(P.shape[1]), np.int32(i1 - i0), np.int32(j1 - j0),
+               (P, row_stride(P), np.int32(i1 - i0), np.int32(j1 - j0),
                 a.SA[i0:i1], a.n[i0:i1], b.SA[j0:j1], b.n[j0:j1],
-                sigma[0, i0:], np.int32(m), eh, fh, tau[0, j0:], np.int32(n)))
+                sigma[0, i0:], np.int32(m), eh, fh, tau[0, j0:], np.int32(n), cidx))
     fin = kernel("oz_kept_accurate", table)
     if m:
         fin((blocks(m),), (256,), (sigma, np.int32(m), empty, a.kept))

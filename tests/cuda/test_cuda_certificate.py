@@ -60,6 +60,30 @@ def test_equilibration_matches_reference(name, ops):
     np.testing.assert_array_equal(S2.get(), S_ref)
 
 
+@pytest.mark.parametrize("name,ops", list(_cases()), ids=lambda x: x if isinstance(x, str) else "")
+def test_count_windows_find_the_reference_count(name, ops):
+    """The kept bits of a window of counts and the search within it give the reference's
+    count wherever the window is: decided inside it, or found undecided (above it, or
+    at its lowest count) and searched again over every count."""
+    from ozaki_backend.cuda import pipeline, scaling
+    from ozaki_backend.cuda._common import REAL_TABLE
+    A, B = ops
+    Ae, Be, _ = req.equilibrate(A, B)
+    N_ref, ok_ref = rcert.choose_count(rsc.statistics(Ae, Be, "accurate"), "accurate")
+    prep = pipeline.Prepared(cupy.asarray(A), cupy.asarray(B), "accurate")
+    seen = set()
+    for start in range(len(REAL_TABLE.counts)):
+        prep.window = scaling.count_window(REAL_TABLE, start)
+        prep._kept(prep.btiles, prep.bm)
+        prep.st[1:].fill(0)
+        host = prep.status(True).get()
+        seen.add(pipeline.certificate.decided(int(host[1]), int(host[3]), prep.window))
+        need, unsure = prep.count(host)
+        assert pipeline.certificate.chosen_count(need, unsure) == N_ref, start
+        assert (unsure == 0) == ok_ref
+    assert seen == {True, False}    # both ways of the search ran
+
+
 @pytest.mark.parametrize("mode", ["fast", "accurate"])
 @pytest.mark.parametrize("name,ops", list(_cases()), ids=lambda x: x if isinstance(x, str) else "")
 def test_statistics_and_shifts_match_reference(name, ops, mode):
@@ -84,15 +108,22 @@ def test_statistics_and_shifts_match_reference(name, ops, mode):
     np.testing.assert_array_equal(b.SA.get(), st.SB)
     d = prep.data()
     np.testing.assert_array_equal(d.P.get(), st.P)
-    for N in range(MIN_MODULI, MAX_MODULI + 1):
-        s, t = prep.shifts(N)
-        s_ref, t_ref = rsc.shifts(st, N, mode)
-        np.testing.assert_array_equal(s.get(), s_ref, err_msg=f"N={N}")
-        np.testing.assert_array_equal(t.get(), t_ref, err_msg=f"N={N}")
+    # the counts of the window (accurate mode) first, then every count
+    window = prep.window[2] if prep.window else range(MAX_MODULI - MIN_MODULI + 1)
+    for full in (False, True):
+        if full:
+            prep.widen()
+        for N in range(MIN_MODULI, MAX_MODULI + 1):
+            if not full and N - MIN_MODULI not in window:
+                continue
+            s, t = prep.shifts(N)
+            s_ref, t_ref = rsc.shifts(st, N, mode)
+            np.testing.assert_array_equal(s.get(), s_ref, err_msg=f"N={N}")
+            np.testing.assert_array_equal(t.get(), t_ref, err_msg=f"N={N}")
     # the per-element counts: their largest finite value and how many elements have
     # none, as the device reports them; then the count both engines compute with
     counts = rcert.element_counts(st, mode)
-    emax, need, unsure = (int(v) for v in prep.status(True).get())
+    need, unsure = prep.count(prep.status(True).get())
     assert need == int(counts.max(initial=0, where=counts > 0))
     assert unsure == int((counts == 0).sum())
     N_ref, ok_ref = rcert.choose_count(st, mode)

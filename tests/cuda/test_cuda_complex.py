@@ -31,7 +31,8 @@ def cmat(shape, phi, rng):
 
 def test_complex_source_assembles():
     src = loader.read_source("complex.cu")
-    for name in ("oz_cx_embed_a", "oz_cx_embed_b", "oz_cx_residues", "oz_cx_flags"):
+    for name in ("oz_cx_quantize", "oz_cx_bound_combine_i32", "oz_cx_bound_combine_i64",
+                 "oz_cx_residues", "oz_cx_flags"):
         assert f"\n{name}(" in src or f" {name}(" in src, name
     assert '#line 1 "kernels/residue_digits.cuh"' in src
     assert '#line 1 "kernels/common.cuh"' in src
@@ -278,31 +279,78 @@ def _complex_family(name, m, k, n, seed, shared=True):
 @pytest.mark.parametrize("mode", ["fast", "accurate"])
 @pytest.mark.parametrize("name", ["phi2", "kscaled2_300", "kscaled1", "graded",
                                   "kscaled_graded", "triangular"])
-def test_embedding_statistics_and_tied_shifts(cupy, name, mode):
-    """The equilibrated embedding, the tied shifts at every count and the certificate's
-    count from the device's real kernels over the complex table are the reference's."""
+@pytest.mark.parametrize("tile", [None, (8, 5)])
+def test_embedding_statistics_and_tied_shifts(cupy, name, mode, tile):
+    """The embedding's statistics read from the parts in place, its bound GEMM from the
+    two GEMMs of the parts' size (whole, and in tiles of both halves), the tied shifts
+    at every count and the certificate's count over the complex table are the
+    reference's, which embeds the parts and applies the real rules."""
+    from ozaki_backend.cuda import certificate, pipeline
     from ozaki_backend.cuda import complex as ccx
+    from ozaki_backend.cuda._common import COMPLEX_TABLE
     from ozaki_backend.reference import scaling as rsc
     A, B = _complex_family(name, 23, 70, 19, 11)
     parts = rcx.equilibrate_parts(A.real.copy(), A.imag.copy(), B.real.copy(),
                                   B.imag.copy())
-    Ah_ref, Bh_ref = rcx.embed(*parts)
-    st = rsc.statistics(Ah_ref, Bh_ref, mode)
+    st = rsc.statistics(*rcx.embed(*parts), mode)
     dA, dB = cupy.asarray(A), cupy.asarray(B)
-    Ah, Bh, prep = ccx.prepare(dA.real, dA.imag, dB.real, dB.imag, mode)
-    assert_same_bits(Ah.get(), Ah_ref)
-    assert_same_bits(Bh.get(), np.ascontiguousarray(Bh_ref.T))
-    for N in range(MIN_MODULI, MAX_COMPLEX_MODULI + 1):
-        s_ref, t_ref = rcx.shifts(st, N, mode)
-        s, t = prep.shifts(N)
-        np.testing.assert_array_equal(s.get(), s_ref)
-        np.testing.assert_array_equal(t.get(), t_ref)
+    pipeline.TILE_OVERRIDE = tile
+    try:
+        dparts, prep = ccx.prepare(dA.real, dA.imag, dB.real, dB.imag, mode)
+        d = prep.data()
+    finally:
+        pipeline.TILE_OVERRIDE = None
+    for got, ref in zip(dparts.scaled(), parts):
+        assert_same_bits(got.get(), ref)
+    a, b = prep.a, prep.b
+    np.testing.assert_array_equal(a.E.get(), st.E)
+    np.testing.assert_array_equal(b.E.get(), st.F)
+    np.testing.assert_array_equal(a.X.get()[st.nzA], st.xA[st.nzA])
+    np.testing.assert_array_equal(b.X.get()[st.nzB], st.yB[st.nzB])
+    for side, S, n, lo, hi in ((a, st.SA, st.nA, st.loA, st.hiA),
+                               (b, st.SB, st.nB, st.loB, st.hiB)):
+        np.testing.assert_array_equal(side.SA.get(), S)
+        np.testing.assert_array_equal(side.n.get(), n)
+        nz = n > 0
+        np.testing.assert_array_equal(side.lo.get()[nz], lo[nz])
+        np.testing.assert_array_equal(side.hi.get()[nz], hi[nz])
+    assert_same_bits(d.P.get(), st.P)
+    window = prep.window[2] if prep.window else range(len(COMPLEX_TABLE.counts))
+    for full in (False, True):      # the window's counts (accurate mode), then all
+        if full:
+            prep.widen()
+        for N in range(MIN_MODULI, MAX_COMPLEX_MODULI + 1):
+            if not full and N - MIN_MODULI not in window:
+                continue
+            s_ref, t_ref = rcx.shifts(st, N, mode)
+            s, t = prep.shifts(N)
+            np.testing.assert_array_equal(s.get(), s_ref)
+            np.testing.assert_array_equal(t.get(), t_ref)
     N_ref, ok = rcx.choose_count(st, mode)
-    _, need, unsure = (int(v) for v in prep.status(True).get())
-    from ozaki_backend.cuda import certificate
-    from ozaki_backend.cuda._common import COMPLEX_TABLE
+    host = prep.status(True).get()
+    assert host[0] <= 1024
+    need, unsure = prep.count(host)
     assert certificate.chosen_count(need, unsure, COMPLEX_TABLE) == N_ref
     assert (unsure == 0) == ok
+
+
+@gpu
+@pytest.mark.parametrize("k", [69000, 140000])
+def test_wide_bound_gemm_bitwise(cupy, k):
+    """2k beyond the int32 bound GEMM (int64 P through int32 chunks: one chunk of k at
+    69000, two at 140000): the embedding's P and the product are the reference's."""
+    from ozaki_backend.cuda import complex as ccx
+    from ozaki_backend.reference import scaling as rsc
+    rng = np.random.default_rng(k)
+    A, B = cmat((5, k), 0.5, rng), cmat((k, 3), 0.5, rng)
+    parts = rcx.equilibrate_parts(A.real.copy(), A.imag.copy(), B.real.copy(),
+                                  B.imag.copy())
+    st = rsc.statistics(*rcx.embed(*parts), "accurate")
+    dA, dB = cupy.asarray(A), cupy.asarray(B)
+    _, prep = ccx.prepare(dA.real, dA.imag, dB.real, dB.imag, "accurate")
+    assert prep.bm.P.dtype == np.int64
+    assert_same_bits(prep.data().P.get(), st.P)
+    assert_same_bits(ob.matmul(A, B, engine="cuda"), ob.matmul(A, B, engine="cpu"))
 
 
 @gpu
