@@ -116,6 +116,30 @@ __device__ __forceinline__ u32 oz_alpha_down(double x, int E) {
 #define OZ_TR 32
 #define OZ_TK 64
 
+// The bound GEMM's quantisation walks one 32 x 64 tile (OZ_TR x OZ_TK, in shared memory)
+// with 16 threads per row and 4 columns each, so that a half warp holds one row:
+// quantise(tile_row, tile_col, E_row, live) packs the thread's 4 bytes (its own captured
+// words) and returns their alpha sum; the half warp's sums meet by shuffles, then
+// store(offset) writes the words at the element offset row * kpad + col and one lane adds
+// the row's sum to SA (zero on entry). Threads past the last row or kpad only shuffle.
+template <class Quantise, class Store>
+__device__ __forceinline__ void oz_quantize_rows(int row0, int col0, int rows, int kpad,
+                                                 const int *__restrict__ E,
+                                                 int *__restrict__ SA, Quantise quantise,
+                                                 Store store) {
+    int q = threadIdx.x & 15;
+    for (int rr = threadIdx.x >> 4; rr < OZ_TR; rr += 16) {
+        int gr = row0 + rr;
+        int c = col0 + 4 * q;
+        bool live = gr < rows && c < kpad;
+        int sum = quantise(rr, 4 * q, c, live ? E[gr] : 0, live);
+        for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        if (!live) continue;
+        store((long long)gr * kpad + c);
+        if (q == 0 && sum) atomicAdd(SA + gr, sum);
+    }
+}
+
 // ks_S: the equilibration exponents (docs/spec.md §2.1; null: none), applied to column c
 // as x 2^(ks S_c) (ks = -1 for A, +1 for B read as its transpose).
 __device__ __forceinline__ void oz_load_tile(double (*tile)[OZ_TK + 1], const double *__restrict__ X,

@@ -47,30 +47,27 @@ oz_cx_quantize(const double *__restrict__ Xr, const double *__restrict__ Xi, i64
     oz_load_tile(tr, Xr, rs, cs, rows, cols, row0, col0, rows_fast, S, ks);
     oz_load_tile(ti, Xi, rs, cs, rows, cols, row0, col0, rows_fast, S, ks);
     __syncthreads();
-    int q = threadIdx.x & 15;
-    // 16 threads per row, 4 columns each: a half warp holds one row (shuffle sum below).
-    for (int rr = threadIdx.x >> 4; rr < OZ_TR; rr += 16) {
-        int gr = row0 + rr;
-        int c = col0 + 4 * q;
-        bool live = gr < rows && c < kpad;
-        int Er = live ? E[gr] : 0;
-        u32 wp = 0, wm = 0;
-        int sum = 0;
+    u32 wp, wm;
+    oz_quantize_rows(
+        row0, col0, rows, kpad, E, SA,
+        [&](int rr, int tc, int c, int Er, bool live) {
+            wp = wm = 0;
+            int sum = 0;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            int a = live ? (int)oz_alpha_down(tr[rr][4 * q + j], Er) : 0;
-            int b = live ? (int)oz_alpha_down(ti[rr][4 * q + j], Er) : 0;
-            int p = c + j < cols ? a + b - 127 : 0;      // the padding stays zero
-            wp |= ((u32)p & 0xffu) << (8 * j);
-            wm |= ((u32)(a - b) & 0xffu) << (8 * j);
-            sum += a + b;
-        }
-        for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-        if (!live) continue;
-        *reinterpret_cast<u32 *>(Qp + (i64)gr * kpad + c) = wp;
-        *reinterpret_cast<u32 *>(Qm + (i64)gr * kpad + c) = wm;
-        if (q == 0 && sum) atomicAdd(SA + gr, sum);
-    }
+            for (int j = 0; j < 4; ++j) {
+                int a = live ? (int)oz_alpha_down(tr[rr][tc + j], Er) : 0;
+                int b = live ? (int)oz_alpha_down(ti[rr][tc + j], Er) : 0;
+                int p = c + j < cols ? a + b - 127 : 0;      // the padding stays zero
+                wp |= ((u32)p & 0xffu) << (8 * j);
+                wm |= ((u32)(a - b) & 0xffu) << (8 * j);
+                sum += a + b;
+            }
+            return sum;
+        },
+        [&](i64 o) {
+            *reinterpret_cast<u32 *>(Qp + o) = wp;
+            *reinterpret_cast<u32 *>(Qm + o) = wm;
+        });
 }
 
 // In place on one tile of P (rows x cols of each half; the right half `half` columns

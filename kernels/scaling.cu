@@ -325,26 +325,21 @@ oz_quantize_down(const double *__restrict__ X, i64 rs, i64 cs, int rows, int col
     int row0 = blockIdx.y * OZ_TR, col0 = blockIdx.x * OZ_TK;
     oz_load_tile(tile, X, rs, cs, rows, cols, row0, col0, rows_fast, S, ks);
     __syncthreads();
-    int q = threadIdx.x & 15;
-    // 16 threads per row, 4 columns each: a half warp holds one row (shuffle sum below).
-    for (int rr = threadIdx.x >> 4; rr < OZ_TR; rr += 16) {
-        int gr = row0 + rr;
-        int c = col0 + 4 * q;
-        bool live = gr < rows && c < kpad;
-        int Er = live ? E[gr] : 0;
-        u32 word = 0;
-        int sum = 0;
+    u32 word;
+    oz_quantize_rows(
+        row0, col0, rows, kpad, E, SA,
+        [&](int rr, int tc, int, int Er, bool live) {
+            word = 0;
+            int sum = 0;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            u32 a = live ? oz_alpha_down(tile[rr][4 * q + j], Er) : 0u;
-            word |= (a & 0xffu) << (8 * j);
-            sum += (int)a;
-        }
-        for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-        if (!live) continue;
-        *reinterpret_cast<u32 *>(Q + (i64)gr * kpad + c) = word;
-        if (q == 0 && sum) atomicAdd(SA + gr, sum);
-    }
+            for (int j = 0; j < 4; ++j) {
+                u32 a = live ? oz_alpha_down(tile[rr][tc + j], Er) : 0u;
+                word |= (a & 0xffu) << (8 * j);
+                sum += (int)a;
+            }
+            return sum;
+        },
+        [&](i64 o) { *reinterpret_cast<u32 *>(Q + o) = word; });
 }
 
 // U_ij = P_ij + SA_i + SB_j + min(nA_i, nB_j), 0 where row i or column j is all zero
