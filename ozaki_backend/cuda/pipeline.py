@@ -228,18 +228,20 @@ class Prepared:
     A, Bt : the operands read row-wise; S : the equilibration exponents;
     a, b : :class:`~.scaling.Side` of A's rows and B's columns;
     bm : :class:`~.scaling.BoundMatrix` and ``btiles`` its tiles; k, kpad, mode;
-    table : the :class:`~._common.CountTable` the counts and kept bits are of.
+    table : the :class:`~._common.CountTable` the counts and kept bits are of;
+    window : the counts whose kept bits are computed (:func:`count_window`: around the
+    ``fixed`` count, or where the certificate's search starts; None: every count) —
+    :meth:`count` and :meth:`shifts` compute the others when they are needed;
+    tied : B's two halves are a complex operand's parts (shifts tied).
 
-    ``equilibrate=False`` reads the operands as they are (``S`` is None): the complex
-    scheme builds its embedding from parts it has already scaled by its own rule, which
-    ties the exponents of ``k`` and ``k + K``. ``table`` is
-    :data:`~._common.REAL_TABLE` unless given.
+    The constructor prepares a real product (:data:`~._common.REAL_TABLE`);
+    :meth:`of_sides` takes the complex scheme's, whose statistics it computes itself.
     """
 
     def __init__(self, A, B, mode, ph=None, certify=True, sym=False, Bt=None, block=None,
-                 equilibrate=True, table=REAL_TABLE, fixed=None):
+                 fixed=None):
         ph = ph or _nothing
-        self.table = table
+        self.table = REAL_TABLE
         self.tied = False
         self.A, self.Bt = A, (B.T if Bt is None else Bt)
         self.sym = sym
@@ -251,8 +253,7 @@ class Prepared:
             # [Inf/NaN flag (above 1024), count, uncertified elements, undecided
             # elements]: the one small array the usual path reads back.
             self.st = cupy.zeros(4, dtype=np.int32)
-            self.S = (scaling.equilibration(self.A, self.Bt, block)[0] if equilibrate
-                      else None)
+            self.S = scaling.equilibration(self.A, self.Bt, block)[0]
             self.a = scaling.side_statistics(self.A, self.S, -1, mode, gmax=self.st[:1],
                                              block=block)
             self.b = scaling.side_statistics(self.Bt, self.S, +1, mode, gmax=self.st[:1],

@@ -15,8 +15,9 @@ operand (``x 2^-S_k`` for A, ``x 2^S_k`` for B).
   operands (``oz_quantize_down`` + a cuBLAS INT8 GEMM), tile by tile when it does not
   fit, with the row sums ``SA``, ``SB``;
 * :func:`kept_bits` — the bits kept of each row's / column's largest element for every
-  moduli count 2..20 (accurate: ``oz_u_rowmax``, ``oz_sigma_all``, ``oz_u_colmin``;
-  fast: from the sums of squares), from which the certificate chooses the count and
+  moduli count 2..20, or for a window of five (:func:`count_window`) (accurate:
+  ``oz_u_rowmax``, ``oz_sigma_all``, ``oz_u_colmin`` / ``oz_u_colmin_w``; fast: from
+  the sums of squares), from which the certificate chooses the count and
   :func:`shifts_for` gives the exponents ``s``, ``t``.
 """
 
