@@ -433,6 +433,16 @@ def count_window(table: CountTable, start):
     return lo, hi, tuple(range(lo, hi + 1)) + (nn - 1,)
 
 
+def _window_counts(counts):
+    """The device array of a window's counts, made once per device: a copy from host
+    memory on every product would stall the host until the stream reaches it."""
+    key = (cupy.cuda.Device().id, counts)
+    t = _tables.get(key)
+    if t is None:
+        t = _tables[key] = cupy.asarray(np.array(counts, dtype=np.int32))
+    return t
+
+
 def kept_bits(a: Side, b: Side, bm: BoundMatrix, tiles, mode,
               table: CountTable = REAL_TABLE, window=None, tied=False):
     """Fill ``a.kept`` (NN x m) and ``b.kept`` (NN x n): the bits kept of each row's and
@@ -480,8 +490,7 @@ def _kept_bits(a, b, bm, tiles, mode, table, window):
     if window is None:
         colmin, cidx = bm.kernel("oz_u_colmin", table), None
     else:
-        colmin = bm.kernel("oz_u_colmin_w", table)
-        cidx = cupy.asarray(np.array(window[2], dtype=np.int32))
+        colmin, cidx = bm.kernel("oz_u_colmin_w", table), _window_counts(window[2])
     # Visit the tiles in reverse so that the last P tile of the first pass is reused.
     for (i0, i1, j0, j1) in reversed(tiles):
         P = bm.tile(i0, i1, j0, j1)
