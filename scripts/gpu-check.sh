@@ -21,6 +21,10 @@
 #               part (symmetric, budget, outofcore; issue 17): symmetric vs general
 #               time, a 16 GB budget vs unbounded, out of core bitwise; no tests, no
 #               bench; WS_ARGS adds options, WS_TIMEOUT bounds each part
+#   --profile SIZES  only the stage-by-stage costs: scripts/certificate_cost.py SIZES (the
+#               real product's statistics and certificate stages, comma-separated n) and
+#               scripts/complex_profile.py 8192 (the complex product's stages); logged to
+#               $OUT/profile-real.log and $OUT/profile-complex.log; PROFILE_TIMEOUT
 #   --dask      also scripts/dask_gpu.py (issue 15: one GPU worker; DASK_ARGS adds its
 #               options), logged to $OUT/dask_gpu.log, JSON in $OUT/dask_gpu.json.
 #               Needs the dask wheels: carry .whl_dask (installed like .whl)
@@ -35,6 +39,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
 run_tests=1 run_bench=1 run_tune=0 run_san=0 run_g8=0 run_dask=0 run_host=0 kexpr=() ws_parts=""
+prof_sizes=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests-only) run_bench=0; shift ;;
@@ -45,6 +50,7 @@ while [ $# -gt 0 ]; do
     --gemmul8) run_g8=1; shift ;;
     --workspace) ws_parts="$2"; run_tests=0; run_bench=0; shift 2 ;;
     --dask) run_dask=1; shift ;;
+    --profile) prof_sizes="$2"; run_tests=0; run_bench=0; shift 2 ;;
     -k) kexpr=(-k "$2"); shift 2 ;;
     *) break ;;
   esac
@@ -84,7 +90,7 @@ if [ $run_tests = 1 ]; then
   rc_tests=$?
   echo "pytest: rc=$rc_tests in $(( $(date +%s) - t0 )) s" >>"$OUT/pytest.log"
 fi
-rc_tune=0 rc_san=0 rc_g8=0 rc_ws=0 rc_dask=0 rc_host=0
+rc_tune=0 rc_san=0 rc_g8=0 rc_ws=0 rc_dask=0 rc_host=0 rc_prof=0
 if [ $run_host = 1 ]; then
   export OZAKI_BACKEND_RATES="$OUT/host_rates.json"
   timeout "${RATES_TIMEOUT:-150}" python3 -m ozaki_backend tune --rates-only \
@@ -116,6 +122,12 @@ if [ -n "$ws_parts" ]; then
     timeout "${WS_TIMEOUT:-280}" python3 scripts/workspace_symmetric.py "$part" ${WS_ARGS:-} \
       >"$OUT/workspace-$part.log" 2>&1 || rc_ws=1
   done
+fi
+if [ -n "$prof_sizes" ]; then
+  timeout "${PROFILE_TIMEOUT:-240}" python3 scripts/certificate_cost.py ${prof_sizes//,/ } \
+    >"$OUT/profile-real.log" 2>&1 || rc_prof=1
+  timeout "${PROFILE_TIMEOUT:-240}" python3 scripts/complex_profile.py 8192 3 \
+    >"$OUT/profile-complex.log" 2>&1 || rc_prof=1
 fi
 if [ $run_dask = 1 ]; then
   timeout "${DASK_TIMEOUT:-420}" env NCCL_NVLS_ENABLE=0 python3 scripts/dask_gpu.py \
@@ -165,6 +177,10 @@ if [ -n "$ws_parts" ]; then
     grep -v '^{' "$OUT/workspace-$part.log" | tail -n 25
   done
 fi
+if [ -n "$prof_sizes" ]; then
+  echo "==== stages of the real product (profile-real.log)"; grep -v "^ *$" "$OUT/profile-real.log" | tail -n 40
+  echo "==== stages of the complex product (profile-complex.log)"; head -n 4 "$OUT/profile-complex.log"
+fi
 if [ $run_dask = 1 ]; then
   echo "==== dask, one GPU worker (rc=$rc_dask; dask_gpu.log, dask_gpu.json)"
   sed -n '/^[0-9]* x [0-9]* x [0-9]* float64/,$p' "$OUT/dask_gpu.log" | grep -v "distributed\." \
@@ -173,4 +189,4 @@ fi
 if [ $run_g8 = 1 ]; then
   echo "==== GEMMul8 side by side (rc=$rc_g8; gemmul8.log)"; tail -n 60 "$OUT/gemmul8-table.log"
 fi
-exit $(( rc_tests != 0 || rc_bench != 0 || rc_tune != 0 || rc_san != 0 || rc_g8 != 0 || rc_ws != 0 || rc_dask != 0 || rc_host != 0 ))
+exit $(( rc_tests != 0 || rc_bench != 0 || rc_tune != 0 || rc_san != 0 || rc_g8 != 0 || rc_ws != 0 || rc_dask != 0 || rc_host != 0 || rc_prof != 0 ))
