@@ -410,7 +410,9 @@ extern "C" __global__ void oz_sigma_all(const i64 *__restrict__ rmax, int rows,
 // walks columns (unit stride), threadIdx.y and the loop walk OZ_PR rows; the 8 partial
 // minima of a column meet in shared memory, one atomic each.
 #define OZ_PR 512
-#define OZ_NW 5
+#ifndef OZ_NW
+#define OZ_NW 5   // ozaki_backend/spec/certificate.py WINDOW (tests/spec/test_count_search.py)
+#endif
 template <class T, int NC>
 __device__ __forceinline__ void oz_u_colmin(const T *__restrict__ P, i64 ldp, int rows, int cols,
                                             const int *__restrict__ SA, const int *__restrict__ nA,

@@ -79,12 +79,9 @@ def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status, fixed=None,
 
 
 def decided(need, outside, window, table: CountTable = REAL_TABLE):
-    """Whether a windowed search (:func:`counts_into`) found the product's count: no
-    element left undecided above the window, and the largest count found is not the
-    window's lowest above the table's first (elements passing there may need fewer)."""
-    if window is None:
-        return True
-    return outside == 0 and not (window[0] > 0 and need == table.counts[window[0]])
+    """Whether a windowed search (:func:`counts_into`) found the product's count
+    (:func:`~ozaki_backend.spec.certificate.window_decides`)."""
+    return spec.window_decides(need, outside, window, table.counts[0])
 
 
 def chosen_count(need, unsure, table: CountTable = REAL_TABLE):

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import cupy
 import numpy as np
 
+from ..spec.certificate import count_window as spec_window
 from ..spec.rules import BOUND_KMAX, fast_quant_bits
 from ..spec.tiling import mirrored_blocks, symmetric_tiles
 from . import loader
@@ -414,23 +415,13 @@ class BoundMatrix:
         return kernel(f"{name}_{'i64' if self.P.dtype == np.int64 else 'i32'}", table)
 
 
-#: Counts of a window of the column minimum (kernels/scaling.cu OZ_NW): four around
-#: where the certificate's search starts, and the largest.
-WINDOW = 5
-
-
 def count_window(table: CountTable, start):
     """``(lo, hi, counts)``: the counts (indices into ``table.counts``) the certificate's
-    search visits when it starts at index ``start``: ``lo .. hi`` (two below ``start``,
-    one above) and the largest, ``WINDOW`` in all (``counts``, for the column minimum).
-    Ordinary data's count lies inside (``oz_cert_counts`` tells when it does not)."""
-    nn = len(table.counts)
-    lo = min(max(start - 2, 0), nn - WINDOW)
-    hi = lo + WINDOW - 2
-    if hi >= nn - 2:                    # the largest is next to the window: take it in
-        lo, hi = nn - WINDOW, nn - 1
-        return lo, hi, tuple(range(lo, hi + 1))
-    return lo, hi, tuple(range(lo, hi + 1)) + (nn - 1,)
+    search visits when it starts at index ``start``
+    (:func:`~ozaki_backend.spec.certificate.count_window`: two below, one above, and
+    the largest; ``counts`` for the column minimum, ``OZ_NW`` of them). Ordinary data's
+    count lies inside (``oz_cert_counts`` tells when it does not)."""
+    return spec_window(len(table.counts), start)
 
 
 def _window_counts(counts):

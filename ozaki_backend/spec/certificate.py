@@ -258,3 +258,40 @@ def native_bound(d: CertData):
     gamma = float(up(np.float64(k * U64 / (1.0 - k * U64))))
     with np.errstate(over="ignore"):
         return up(up(gamma * upper_product(d)) + k * ETA)
+
+
+# --------------------------------------------------------------------- the count search
+
+#: Counts whose exponents the GPU's count search computes first (``docs/spec.md``
+#: §10.3; ``kernels/scaling.cu`` ``OZ_NW``): four around where the search starts and the
+#: largest.
+WINDOW = 5
+
+
+def count_window(n_counts: int, start: int):
+    """``(lo, hi, counts)``: the window of a search over ``n_counts`` counts (indices
+    ``0 .. n_counts - 1``) that starts at index ``start``: ``lo .. hi`` (two below
+    ``start``, one above, shifted to stay inside) and the largest, ``WINDOW`` distinct
+    indices in all (``counts``); next to the largest, the window takes it in."""
+    lo = min(max(start - 2, 0), n_counts - WINDOW)
+    hi = lo + WINDOW - 2
+    if hi >= n_counts - 2:
+        lo, hi = n_counts - WINDOW, n_counts - 1
+        return lo, hi, tuple(range(lo, hi + 1))
+    return lo, hi, tuple(range(lo, hi + 1)) + (n_counts - 1,)
+
+
+def window_decides(largest: int, undecided: int, window, first: int) -> bool:
+    """Whether a search within ``window`` (:func:`count_window`; None: every count) found
+    the product's count. Per element the search reports the fewest count of
+    ``lo .. hi`` that passes (``lo`` when ``lo`` passes: the element may need fewer), or
+    none when even the largest count fails, or *undecided* when ``hi`` fails and the
+    largest passes. Since the test is monotone in the count, the largest reported count
+    ``largest`` (a count, ``first`` the table's smallest; 0 when no element reported
+    one) is the product's count unless an element is undecided or ``largest`` is the
+    window's ``lo`` above the table's first; the number of elements with none is exact
+    when no element is undecided."""
+    if window is None:
+        return True
+    lo = window[0]
+    return undecided == 0 and not (lo > 0 and largest == first + lo)

@@ -1,0 +1,105 @@
+"""The windowed count search (``docs/spec.md`` §10.3): the GPU computes the exponents of
+:data:`~ozaki_backend.spec.certificate.WINDOW` counts only and searches within them;
+:func:`~ozaki_backend.spec.certificate.window_decides` says when that settles the
+product's count. Here the search of ``kernels/scaling.cu`` ``oz_cert_counts`` is
+modelled per element from its documented semantics (the GPU test
+``tests/cuda/test_cuda_certificate.py::test_count_windows_find_the_reference_count``
+runs the kernel itself), and checked against the full sweep on every window and many
+per-element counts: whenever the rule says decided, the count and the number of
+elements with none are the full search's."""
+
+import numpy as np
+import pytest
+
+from ozaki_backend.cuda.loader import read_source
+from ozaki_backend.spec.certificate import WINDOW, count_window, window_decides
+
+FIRST = 2                       # the smallest count of both tables (OZ_NLO)
+
+
+def _kernel_search(fewest, guess, lo, hi, top):
+    """One element of ``oz_cert_counts`` with the window ``lo .. hi`` and ``top`` (the
+    largest index): ``(reported count or 0, undecided)``. ``fewest``: the index of the
+    fewest count whose test the element passes, None for none (the test is monotone:
+    it passes at every index from ``fewest`` on)."""
+    def passes(c):
+        return fewest is not None and c >= fewest
+
+    g = min(max(guess, lo), hi)
+    if passes(g):
+        c = g
+        if c > lo and passes(g - 1):
+            c = g - 1
+            while c > lo and passes(c - 1):
+                c -= 1
+        return FIRST + c, False
+    c = g + 1
+    while c <= hi and not passes(c):
+        c += 1
+    if c <= hi:
+        return FIRST + c, False
+    if hi == top:
+        return 0, False
+    return 0, passes(top)
+
+
+def _full(fewest):
+    """The full sweep: the largest count of the elements that have one, and how many
+    have none."""
+    have = [FIRST + f for f in fewest if f is not None]
+    return max(have, default=0), sum(f is None for f in fewest)
+
+
+@pytest.mark.parametrize("n_counts", [19, 21])    # the real and the complex table
+def test_windows_are_five_distinct_counts_with_the_largest(n_counts):
+    for start in range(n_counts):
+        lo, hi, counts = count_window(n_counts, start)
+        assert len(set(counts)) == len(counts) == WINDOW
+        assert lo <= start <= hi and counts[-1] == n_counts - 1
+        assert set(range(lo, hi + 1)) <= set(counts)
+        assert 0 <= lo and hi <= n_counts - 1
+
+
+@pytest.mark.parametrize("n_counts", [19, 21])
+def test_a_decided_window_gives_the_full_search(n_counts):
+    """Random element counts (clustered as ordinary data's are, spread, with elements
+    that pass nowhere and elements exact at every count), every start and guess."""
+    rng = np.random.default_rng(n_counts)
+    top = n_counts - 1
+    kinds = {"decided": 0, "undecided": 0}
+    for trial in range(400):
+        size = int(rng.integers(1, 12))
+        centre = int(rng.integers(0, n_counts))
+        spread = int(rng.integers(0, 4))
+        fewest = []
+        for _ in range(size):
+            r = rng.random()
+            if r < 0.1:
+                fewest.append(None)
+            elif r < 0.2:
+                fewest.append(0)
+            else:
+                fewest.append(int(np.clip(centre + rng.integers(-spread, spread + 1), 0, top)))
+        want = _full(fewest)
+        for start in range(n_counts):
+            lo, hi, _ = count_window(n_counts, start)
+            for guess in {start, lo, hi, int(rng.integers(0, n_counts))}:
+                rep = [_kernel_search(f, guess, lo, hi, top) for f in fewest]
+                largest = max(r for r, _ in rep)
+                undecided = sum(u for _, u in rep)
+                none = sum(r == 0 and not u for r, u in rep)
+                if window_decides(largest, undecided, (lo, hi), FIRST):
+                    kinds["decided"] += 1
+                    assert (largest, none) == want, (fewest, start, guess)
+                else:
+                    kinds["undecided"] += 1
+    assert min(kinds.values()) > 100          # both outcomes are exercised
+
+
+def test_no_window_always_decides():
+    assert window_decides(7, 3, None, FIRST)
+
+
+def test_the_kernel_window_width_is_the_spec_s():
+    text = read_source("scaling.cu")
+    assert f"#define OZ_NW {WINDOW} " in text
