@@ -55,7 +55,8 @@ def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status, fixed=None,
     largest per-element count and ``status[2]`` the number of elements no count
     certifies (zero on entry); with ``fixed`` (a count), only that count is tested and
     ``status[2]`` receives the number of elements failing it. ``window``: the search
-    visits only the counts of :func:`.scaling.count_window`'s ``(lo, hi, ...)`` (their
+    visits only the counts of ``window = (lo, hi, ...)``
+    (:func:`~ozaki_backend.spec.certificate.count_window`; their
     kept bits are the ones computed) and ``status[3]`` counts the elements it could not
     decide (see :func:`decided`)."""
     m, n = a.E.shape[0], b.E.shape[0]

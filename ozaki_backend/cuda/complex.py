@@ -244,8 +244,7 @@ class EmbeddingBound:
                 self._cols_key = (c0, c1)
             rows, cols = i1 - i0, c1 - c0
             self._gemms(rows, cols)
-            wide = self.P.dtype == np.int64
-            _kernel(f"oz_cx_bound_combine_{'i64' if wide else 'i32'}")(
+            _kernel(scaling.variant("oz_cx_bound_combine", self.P))(
                 (-(-cols // 256), min(rows, 65535)), (256,),
                 (self.P, np.int64(self.P.shape[1]), np.int32(rows), np.int32(cols),
                  np.int64(self.half), self.a.SA[i0:i1], self.b.SA[c0:c1],
@@ -256,8 +255,7 @@ class EmbeddingBound:
 
     def kernel(self, name, table=COMPLEX_TABLE):
         """The ``_i32`` or ``_i64`` variant of a kernel reading P tiles."""
-        return scaling.kernel(f"{name}_{'i64' if self.P.dtype == np.int64 else 'i32'}",
-                              table)
+        return scaling.kernel(scaling.variant(name, self.P), table)
 
 
 def bound_tiles(m, n, k):

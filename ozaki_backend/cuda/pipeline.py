@@ -365,7 +365,8 @@ class Prepared:
 
 def count_window(prep, fixed=None):
     """The counts whose kept bits ``prep`` computes in accurate mode
-    (:func:`.scaling.count_window`): around the ``fixed`` count, or where the
+    (:func:`~ozaki_backend.spec.certificate.count_window`): around the ``fixed`` count,
+    or where the
     certificate's search starts; None (every count) in fast mode, whose kept bits are
     cheap."""
     if prep.mode == "fast":
@@ -374,7 +375,7 @@ def count_window(prep, fixed=None):
     t = prep.table
     start = (certificate.start_index(prep.k, m * n, t) if fixed is None
              else fixed - t.counts[0])
-    return scaling.count_window(t, start)
+    return spec.count_window(len(t.counts), start)
 
 
 def integer_product_into(prep: Prepared, n_moduli, s, t, out, *, alpha=1.0, beta=0.0,

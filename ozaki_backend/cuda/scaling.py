@@ -15,7 +15,8 @@ operand (``x 2^-S_k`` for A, ``x 2^S_k`` for B).
   operands (``oz_quantize_down`` + a cuBLAS INT8 GEMM), tile by tile when it does not
   fit, with the row sums ``SA``, ``SB``;
 * :func:`kept_bits` — the bits kept of each row's / column's largest element for every
-  moduli count 2..20, or for a window of five (:func:`count_window`) (accurate:
+  moduli count 2..20, or for a window of five
+  (:func:`~ozaki_backend.spec.certificate.count_window`) (accurate:
   ``oz_u_rowmax``, ``oz_sigma_all``, ``oz_u_colmin`` / ``oz_u_colmin_w``; fast: from
   the sums of squares), from which the certificate chooses the count and
   :func:`shifts_for` gives the exponents ``s``, ``t``.
@@ -28,7 +29,6 @@ from dataclasses import dataclass
 import cupy
 import numpy as np
 
-from ..spec.certificate import count_window as spec_window
 from ..spec.rules import BOUND_KMAX, fast_quant_bits
 from ..spec.tiling import mirrored_blocks, symmetric_tiles
 from . import loader
@@ -78,6 +78,12 @@ def count_tables(table: CountTable = REAL_TABLE):
              cupy.asarray(np.array(empty, dtype=np.int32)))
         _tables[key] = t
     return t
+
+
+def variant(name: str, P) -> str:
+    """The name of the ``_i32`` or ``_i64`` variant of a kernel reading P tiles of
+    ``P``'s dtype (int64 where k exceeds the int32 bound GEMM)."""
+    return f"{name}_{'i64' if P.dtype == np.int64 else 'i32'}"
 
 
 def kernel(name: str, table: CountTable = REAL_TABLE):
@@ -412,16 +418,7 @@ class BoundMatrix:
 
     def kernel(self, name, table: CountTable = REAL_TABLE):
         """The ``_i32`` or ``_i64`` variant of a kernel reading P tiles."""
-        return kernel(f"{name}_{'i64' if self.P.dtype == np.int64 else 'i32'}", table)
-
-
-def count_window(table: CountTable, start):
-    """``(lo, hi, counts)``: the counts (indices into ``table.counts``) the certificate's
-    search visits when it starts at index ``start``
-    (:func:`~ozaki_backend.spec.certificate.count_window`: two below, one above, and
-    the largest; ``counts`` for the column minimum, ``OZ_NW`` of them). Ordinary data's
-    count lies inside (``oz_cert_counts`` tells when it does not)."""
-    return spec_window(len(table.counts), start)
+        return kernel(variant(name, self.P), table)
 
 
 def _window_counts(counts):
@@ -439,7 +436,8 @@ def kept_bits(a: Side, b: Side, bm: BoundMatrix, tiles, mode,
     """Fill ``a.kept`` (NN x m) and ``b.kept`` (NN x n): the bits kept of each row's and
     column's largest element for every count of ``table`` (spec §2; NN counts, 19 for
     the real table's 2..20), or (accurate mode) only for the counts of ``window``
-    (:func:`count_window`; the other counts' rows are not meaningful). Both modes
+    (:func:`~ozaki_backend.spec.certificate.count_window`; the other counts' rows are
+    not meaningful). Both modes
     quantise the bound GEMM's operands here (the certificate needs ``P``, ``SA``, ``SB``
     anyway). ``tied``: B's columns ``j`` and ``n/2 + j`` are the two parts of one
     complex column, whose shifts are tied to the smaller kept bits."""

@@ -65,15 +65,16 @@ def test_count_windows_find_the_reference_count(name, ops):
     """The kept bits of a window of counts and the search within it give the reference's
     count wherever the window is: decided inside it, or found undecided (above it, or
     at its lowest count) and searched again over every count."""
-    from ozaki_backend.cuda import pipeline, scaling
+    from ozaki_backend.cuda import pipeline
     from ozaki_backend.cuda._common import REAL_TABLE
+    from ozaki_backend.spec.certificate import count_window
     A, B = ops
     Ae, Be, _ = req.equilibrate(A, B)
     N_ref, ok_ref = rcert.choose_count(rsc.statistics(Ae, Be, "accurate"), "accurate")
     prep = pipeline.Prepared(cupy.asarray(A), cupy.asarray(B), "accurate")
     seen = set()
     for start in range(len(REAL_TABLE.counts)):
-        prep.window = scaling.count_window(REAL_TABLE, start)
+        prep.window = count_window(len(REAL_TABLE.counts), start)
         prep._kept(prep.btiles, prep.bm)
         prep.st[1:].fill(0)
         host = prep.status(True).get()
