@@ -611,14 +611,22 @@ __device__ __forceinline__ void oz_cert_counts(const T *__restrict__ P, i64 ldp,
         double fbg = fb[(i64)g * bcols + col], fbg1 = fb[(i64)g1 * bcols + col];
         int lob = loB[col], hib = hiB[col];
         int r0 = blockIdx.y * OZ_CR, r1 = min(rows, r0 + OZ_CR);
+        // The factor depends on the overlap length only, which is k itself for dense
+        // operands: computed again only when the length changes (its isqrt is most of
+        // an element's arithmetic).
+        int last_ke = -1;
+        double cf = 0.0;
         for (int row = r0 + threadIdx.y; row < r1; row += 8) {
             int need;
             int ke = min(hiA[row], hib) - max(loA[row], lob) + 1;
             if (ke <= 0) {
                 need = OZ_NLO;                      // no overlap: exact at every count
             } else {
-                double cp = __dmul_rn(oz_cert_factor(ke, inv_div),
-                                      (double)P[(i64)row * ldp + col]);
+                if (ke != last_ke) {
+                    cf = oz_cert_factor(ke, inv_div);
+                    last_ke = ke;
+                }
+                double cp = __dmul_rn(cf, (double)P[(i64)row * ldp + col]);
                 double qai = qa[row];
                 auto test = [&](int c, double fbc) {
                     double x = __dadd_rn(__dmul_rn(fa[(i64)c * arows + row], qbj),

@@ -24,7 +24,10 @@
 #   --profile SIZES  only the stage-by-stage costs: scripts/certificate_cost.py SIZES (the
 #               real product's statistics and certificate stages, comma-separated n) and
 #               scripts/complex_profile.py 8192 (the complex product's stages); logged to
-#               $OUT/profile-real.log and $OUT/profile-complex.log; PROFILE_TIMEOUT
+#               $OUT/profile-real.log and $OUT/profile-complex.log, and
+#               scripts/kernel_timeline.py SIZES (every kernel of the real product under
+#               the PyTorch profiler: gaps, busy time) to $OUT/profile-timeline.log;
+#               PROFILE_TIMEOUT
 #   --dask      also scripts/dask_gpu.py (issue 15: one GPU worker; DASK_ARGS adds its
 #               options), logged to $OUT/dask_gpu.log, JSON in $OUT/dask_gpu.json.
 #               Needs the dask wheels: carry .whl_dask (installed like .whl)
@@ -128,6 +131,8 @@ if [ -n "$prof_sizes" ]; then
     >"$OUT/profile-real.log" 2>&1 || rc_prof=1
   timeout "${PROFILE_TIMEOUT:-240}" python3 scripts/complex_profile.py 8192 3 \
     >"$OUT/profile-complex.log" 2>&1 || rc_prof=1
+  timeout "${PROFILE_TIMEOUT:-240}" python3 scripts/kernel_timeline.py ${prof_sizes//,/ } \
+    >"$OUT/profile-timeline.log" 2>&1 || rc_prof=1
 fi
 if [ $run_dask = 1 ]; then
   timeout "${DASK_TIMEOUT:-420}" env NCCL_NVLS_ENABLE=0 python3 scripts/dask_gpu.py \
@@ -180,6 +185,7 @@ fi
 if [ -n "$prof_sizes" ]; then
   echo "==== stages of the real product (profile-real.log)"; grep -v "^ *$" "$OUT/profile-real.log" | tail -n 40
   echo "==== stages of the complex product (profile-complex.log)"; head -n 4 "$OUT/profile-complex.log"
+  echo "==== kernel timeline (profile-timeline.log)"; tail -n 60 "$OUT/profile-timeline.log"
 fi
 if [ $run_dask = 1 ]; then
   echo "==== dask, one GPU worker (rc=$rc_dask; dask_gpu.log, dask_gpu.json)"

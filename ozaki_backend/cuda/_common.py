@@ -30,6 +30,18 @@ def round_up(x: int, q: int) -> int:
     return -(-x // q) * q
 
 
+def span(x, i0, i1):
+    """``x[i0:i1]``, or ``x`` itself when that is all of it: a CuPy slice costs the host
+    microseconds, and a product in one tile slices every per-row array of every launch."""
+    return x if i0 == 0 and i1 == x.shape[0] else x[i0:i1]
+
+
+def from_row(x, i0):
+    """The 1-D view of a count-major table ``x`` from element ``i0`` of its first row
+    (``x[0, i0:]``; ``x`` itself for 0: a kernel reads only its address)."""
+    return x if i0 == 0 else x[0, i0:]
+
+
 def as_rows(X):
     """``(X, rs, cs, rows_fast)`` for a 2-D float64 CuPy view read row-wise.
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..spec import certificate as spec
 from ..spec.rules import certificate_divisor
-from ._common import REAL_TABLE, CountTable, blocks
+from ._common import REAL_TABLE, CountTable, blocks, from_row, span
 from .scaling import BoundMatrix, Side, kernel, row_stride
 
 
@@ -45,8 +45,18 @@ def _factors(side: Side, table: CountTable):
 def start_index(k, elements, table: CountTable = REAL_TABLE):
     """Where the count search starts (an index into ``table.counts``): the count ordinary
     data of this shape certifies with (``table.expected``)."""
-    lo, hi = table.counts[0], table.most
-    return min(max(table.expected(k, elements), lo), hi) - lo
+    key = (k, elements, table.name)
+    got = _starts.get(key)
+    if got is None:
+        lo, hi = table.counts[0], table.most
+        got = min(max(table.expected(k, elements), lo), hi) - lo
+        if len(_starts) >= 1024:
+            _starts.clear()
+        _starts[key] = got
+    return got
+
+
+_starts = {}        # start_index per (k, elements, table): every product asks twice
 
 
 def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status, fixed=None,
@@ -74,8 +84,10 @@ def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status, fixed=None,
         P = bm.tile(i0, i1, j0, j1)
         grid = (-(-(j1 - j0) // 32), -(-(i1 - i0) // _CR))
         fn(grid, (32, 8), (P, row_stride(P), np.int32(i1 - i0), np.int32(j1 - j0),
-                           fa[0, i0:], qa[i0:i1], np.int32(m), fb[0, j0:], qb[j0:j1],
-                           np.int32(n), a.lo[i0:i1], a.hi[i0:i1], b.lo[j0:j1], b.hi[j0:j1],
+                           from_row(fa, i0), span(qa, i0, i1), np.int32(m),
+                           from_row(fb, j0), span(qb, j0, j1), np.int32(n),
+                           span(a.lo, i0, i1), span(a.hi, i0, i1),
+                           span(b.lo, j0, j1), span(b.hi, j0, j1),
                            inv_div, guess, fix, np.int32(wlo), np.int32(whi), status[1:]))
 
 
@@ -107,9 +119,10 @@ def certify_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, s, t, C, *, bound=
         fn(grid, (32, 8),
            (P, row_stride(P), np.int32(i1 - i0), np.int32(j1 - j0), Cv,
             np.int64(Cv.strides[0] // 8), np.int64(Cv.strides[1] // 8),
-            a.E[i0:i1], a.X[i0:i1], a.SA[i0:i1], a.n[i0:i1], s[i0:i1],
-            b.E[j0:j1], b.X[j0:j1], b.SA[j0:j1], b.n[j0:j1], t[j0:j1],
-            a.lo[i0:i1], a.hi[i0:i1], b.lo[j0:j1], b.hi[j0:j1], inv_div,
+            *(span(x, i0, i1) for x in (a.E, a.X, a.SA, a.n, s)),
+            *(span(x, j0, j1) for x in (b.E, b.X, b.SA, b.n, t)),
+            span(a.lo, i0, i1), span(a.hi, i0, i1), span(b.lo, j0, j1), span(b.hi, j0, j1),
+            inv_div,
             bv, np.int64(0 if bv is None else bv.strides[0] // 8),
             np.int64(0 if bv is None else bv.strides[1] // 8), failures))
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import threading
 from contextlib import contextmanager
+from functools import lru_cache
 
 import cupy
 import numpy as np
@@ -35,7 +36,7 @@ from ..spec import certificate as spec
 from ..spec import tiling
 from ..spec.moduli import MAX_MODULI, MODULI
 from . import certificate, crt, modgemm, modprod, residues, scaling, symmetric, tuning
-from ._common import KPAD, REAL_TABLE, Workspace, free_device_bytes, round_up
+from ._common import KPAD, REAL_TABLE, Workspace, free_device_bytes, round_up, span
 from .errors import CudaEngineError, WorkspaceTooSmall
 from .scaling import BoundMatrix
 
@@ -147,9 +148,12 @@ def _host_tiles(ph, tm, tn):
     return max(1, min(tm, cap[0])), max(1, min(tn, cap[1]))
 
 
+@lru_cache(maxsize=512)
 def _product_layout(tm, tn, kpad, N, path="cublas"):
     """Workspace of the integer product for ``(tm, tn)`` tiles: the residue planes and
-    the N products (int32 planes on the cuBLAS path, residue bytes on the fused one)."""
+    the N products (int32 planes on the cuBLAS path, residue bytes on the fused one).
+    Cached (a layout is never changed after it is made; the tile search and every
+    product of a shape ask again)."""
     prod = Workspace()
     prod.need("RA", (N, tm, kpad), np.int8)
     prod.need("RB", (N, tn, kpad), np.int8)
@@ -157,6 +161,7 @@ def _product_layout(tm, tn, kpad, N, path="cublas"):
     return prod
 
 
+@lru_cache(maxsize=512)
 def _bound_layout(tm, tn, kpad):
     bound = Workspace()
     BoundMatrix.need(bound, tm, tn, kpad)
@@ -230,7 +235,8 @@ class Prepared:
     bm : :class:`~.scaling.BoundMatrix` and ``btiles`` its tiles; k, kpad, mode;
     table : the :class:`~._common.CountTable` the counts and kept bits are of;
     window : the counts whose kept bits are computed (:func:`count_window`: around the
-    ``fixed`` count, or where the certificate's search starts; None: every count) —
+    ``fixed`` count, else around ``near`` (the count this shape had last time) or where
+    the certificate's search starts; None: every count) —
     :meth:`count` and :meth:`shifts` compute the others when they are needed;
     tied : B's two halves are a complex operand's parts (shifts tied).
 
@@ -239,7 +245,7 @@ class Prepared:
     """
 
     def __init__(self, A, B, mode, ph=None, certify=True, sym=False, Bt=None, block=None,
-                 fixed=None):
+                 fixed=None, near=None):
         ph = ph or _nothing
         self.table = REAL_TABLE
         self.tied = False
@@ -268,7 +274,7 @@ class Prepared:
             self.bm = BoundMatrix(self.a, self.b, self.S, kpad, tm, tn) if need else None
             if self.bm is not None:
                 self.bm.symmetric = sym and len(self.btiles) == 1
-            self.window = count_window(self, fixed)
+            self.window = count_window(self, fixed if fixed is not None else near)
             self._kept(self.btiles if need else [], self.bm)
         _note_workspace()
 
@@ -290,6 +296,9 @@ class Prepared:
         if certify:
             certificate.counts_into(self.a, self.b, self.bm, self.btiles, self.k, st,
                                     fixed=fixed, table=self.table, window=self.window)
+            # The window this search visited: :meth:`count` judges the read-back by
+            # it, even when the window was widened since (a guessed count's shifts).
+            self.searched = self.window
         return st
 
     def count(self, host, fixed=None):
@@ -298,7 +307,7 @@ class Prepared:
         window of counts did not decide it — a second read-back, for data unlike
         ordinary data."""
         need, unsure, outside = (int(v) for v in host[1:4])
-        if fixed is not None or certificate.decided(need, outside, self.window, self.table):
+        if fixed is not None or certificate.decided(need, outside, self.searched, self.table):
             return need, unsure
         self.widen()
         self.st[1:].fill(0)
@@ -379,9 +388,13 @@ def count_window(prep, fixed=None):
 
 
 def integer_product_into(prep: Prepared, n_moduli, s, t, out, *, alpha=1.0, beta=0.0,
-                         C0=None, ph=None, strategy=None):
+                         C0=None, ph=None, strategy=None, before_output=None):
     """Stages 3–4: ``out = alpha RN(A'B' 2^(-s-t)) + beta C0`` through ``n_moduli``
-    residues (the equilibration exponents applied on the fly)."""
+    residues (the equilibration exponents applied on the fly).
+
+    ``before_output``: called once, after the first tile's GEMMs are queued and before
+    anything is written to ``out`` (the deferred read-back of the count checks there
+    that the count it was started with is the product's; it raises to abandon)."""
     ph = ph or _nothing
     A, Bt, S = prep.A, prep.Bt, prep.S
     m, k = A.shape
@@ -391,6 +404,8 @@ def integer_product_into(prep: Prepared, n_moduli, s, t, out, *, alpha=1.0, beta
     if prep.sym and not host_out:
         if alpha != 1.0 or beta != 0.0:
             raise ValueError("the symmetric product is computed without alpha/beta")
+        if before_output is not None:
+            before_output()
         symmetric.product_into(A, S, s, N, kpad, out, workspace_budget(), ph=ph,
                                note=_note_workspace)
         return
@@ -426,11 +441,13 @@ def integer_product_into(prep: Prepared, n_moduli, s, t, out, *, alpha=1.0, beta
             with ph("residues"):
                 if rows_key != (i0, i1, k0):
                     Ar = A[i0:i1] if kc == kpad else A[i0:i1][:, k0:k1]
-                    residues.residue_planes_into(Ar, s[i0:i1], RA, N, S=S[k0:k1], ks=-1)
+                    residues.residue_planes_into(Ar, span(s, i0, i1), RA, N,
+                                                 S=span(S, k0, k1), ks=-1)
                     rows_key = (i0, i1, k0)
                 if cols_key != (j0, j1, k0):
                     Bc = Bt[j0:j1] if kc == kpad else Bt[j0:j1][:, k0:k1]
-                    residues.residue_planes_into(Bc, t[j0:j1], RB, N, S=S[k0:k1], ks=+1)
+                    residues.residue_planes_into(Bc, span(t, j0, j1), RB, N,
+                                                 S=span(S, k0, k1), ks=+1)
                     cols_key = (j0, j1, k0)
             with ph("gemms"):
                 if path == "wgmma":
@@ -439,9 +456,13 @@ def integer_product_into(prep: Prepared, n_moduli, s, t, out, *, alpha=1.0, beta
                 else:
                     modgemm.products_into(RA, RB, C, N, i1 - i0, j1 - j0, kc,
                                           strategy=strategy, accumulate=c > 0)
+        if before_output is not None:
+            before_output()
+            before_output = None
         with ph("crt"):
-            dest = tile[:i1 - i0, :j1 - j0] if host_out else out[i0:i1, j0:j1]
-            crt.crt_into(C, N, i1 - i0, j1 - j0, s[i0:i1], t[j0:j1], dest,
+            dest = (tile[:i1 - i0, :j1 - j0] if host_out else
+                    out if (i0, i1, j0, j1) == (0, m, 0, n) else out[i0:i1, j0:j1])
+            crt.crt_into(C, N, i1 - i0, j1 - j0, span(s, i0, i1), span(t, j0, j1), dest,
                          alpha=alpha, beta=beta,
                          C0=None if C0 is None else C0[i0:i1, j0:j1])
             if host_out:
@@ -604,24 +625,61 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
         return CERTIFIED
     ph = phases or _nothing
     read = plan.adaptive or check_finite
+    fixed = None if plan.adaptive else plan.n_moduli
+    key = (m, n, k, plan.mode)
     prep = Prepared(A, B, plan.mode, ph, certify=read or bound is not None, sym=sym,
-                    fixed=None if plan.adaptive else plan.n_moduli)
+                    fixed=fixed, near=_last_count(key) if plan.adaptive else None)
     # The certificate's count (and the Inf/NaN flag): read back when the count decides
     # the product or the caller asks for the flag (the engine always does) — the one
     # synchronisation of the usual path. A fixed count computed without the read (the
     # benchmarks) records no certificate outcome.
-    outcome = None
     with ph("scaling"):
-        st = prep.status(read, fixed=None if plan.adaptive else plan.n_moduli)
-    if read:
-        host = st.get()
-        if check_finite and host[0] > 1024:
-            return None
-        need, unsure = prep.count(host, None if plan.adaptive else plan.n_moduli)
-        if plan.adaptive:
-            N = certificate.chosen_count(need, unsure)
+        st = prep.status(read, fixed=fixed)
+    guess = _guess(plan, key, prep, bound) if read else None
+    if guess is not None:
+        # Deferred read-back: the product starts with the count this shape had last
+        # time (a fixed plan's count), the status travels back meanwhile, and the count
+        # is checked before anything is written to `out`; a wrong guess abandons the
+        # queued work and the product continues below with the count read.
+        back = _ReadBack(st)
+        read_back = []
+
+        def check():
+            host = back.wait()
+            got = _read_count(prep, host, plan, check_finite)
+            if got is None or got[2] != guess or (plan.adaptive and got[1]):
+                raise _WrongGuess(got)
+            read_back.append(got)
+            prep.release()
+
+        s, t = prep.shifts(guess)
+        try:
+            integer_product_into(prep, guess, s, t, out, alpha=alpha, beta=beta, C0=C0,
+                                 ph=ph, strategy=strategy, before_output=check)
+        except _WrongGuess as wrong:
+            GUESSES["wrong"] += 1
+            got = wrong.got
+            if plan.adaptive and got is not None:
+                _remember(key, got[2], guessed=guess)
         else:
-            N = plan.n_moduli
+            GUESSES["right"] += 1
+            if plan.adaptive:
+                _remember(key, guess, guessed=guess)
+            _stats.record_moduli(guess)
+            unsure = read_back[0][1]
+            outcome = CERTIFIED if plan.adaptive or unsure == 0 else UNCERTIFIED
+            _stats.record_certificate(outcome)
+            return outcome
+    else:
+        got = _read_count(prep, st.get(), plan, check_finite) if read else None
+        if plan.adaptive and got is not None and not got[1]:
+            _remember(key, got[2])
+    if read and got is None:
+        return None                     # an Inf/NaN operand: the caller's native path
+    outcome = None
+    if read:
+        need, unsure, N = got
+        if not plan.adaptive:
             outcome = CERTIFIED if unsure == 0 else UNCERTIFIED
     else:
         N, unsure = plan.n_moduli, 0
@@ -655,6 +713,112 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
     if outcome is not None:
         _stats.record_certificate(outcome)
     return outcome or UNCERTIFIED
+
+
+def _read_count(prep, host, plan, check_finite):
+    """``(need, unsure, N)`` from the read-back status ``host`` (the count ``N`` the
+    product takes), or None when an operand holds Inf/NaN and the caller asked
+    (``check_finite``)."""
+    if check_finite and host[0] > 1024:
+        return None
+    fixed = None if plan.adaptive else plan.n_moduli
+    need, unsure = prep.count(host, fixed)
+    N = certificate.chosen_count(need, unsure) if plan.adaptive else plan.n_moduli
+    return need, unsure, N
+
+
+class _WrongGuess(Exception):
+    """The deferred read-back found another count (or an Inf/NaN flag, or elements the
+    count cannot certify) than the one the product was started with."""
+
+    def __init__(self, got):
+        super().__init__("the product's count differs from the guessed one")
+        self.got = got
+
+
+class _ReadBack:
+    """The status array copied to pinned host memory on the current stream, without
+    waiting; :meth:`wait` waits for that copy only (the work queued after it runs on)."""
+
+    def __init__(self, st):
+        self._host = _pinned_status()
+        stream = cupy.cuda.get_current_stream()
+        cupy.cuda.runtime.memcpyAsync(self._host.ctypes.data, st.data.ptr, st.nbytes,
+                                      _D2H, stream.ptr)
+        self._done = cupy.cuda.Event(block=False, disable_timing=True)
+        self._done.record(stream)
+
+    def wait(self):
+        self._done.synchronize()
+        return self._host.copy()
+
+
+_D2H = 2        # cudaMemcpyDeviceToHost
+
+
+def _pinned_status():
+    """This thread's pinned int32[4] for the status read-back (allocated once)."""
+    buf = getattr(_local, "status_host", None)
+    if buf is None:
+        mem = cupy.cuda.alloc_pinned_memory(16)
+        buf = _local.status_host = np.frombuffer(mem, dtype=np.int32, count=4)
+        _local.status_mem = mem
+    return buf
+
+
+#: Products started with a guessed count, by how the guess turned out (all threads).
+GUESSES = {"right": 0, "wrong": 0}
+
+#: A shape whose guessed count was wrong this many times in a row is computed with the
+#: count read first, until it shows the same count twice in a row again.
+GUESS_MISSES = 2
+
+
+def _guess(plan, key, prep, bound):
+    """The count to start the product with before the status is read (None: read it
+    first): a fixed plan's count, else the count of this thread's last product of the
+    same shape and mode. Only for the plain path — no bound asked for, not the
+    symmetric product (it writes its triangle tile by tile), one bound tile, no
+    out-of-memory retry — and when the bound GEMM's workspace (kept until the check)
+    fits the budget next to the whole product's."""
+    if bound is not None or prep.sym or prep.bm is None or len(prep.btiles) != 1:
+        return None
+    if getattr(_local, "retry_budget", None) is not None:
+        return None
+    if plan.adaptive:
+        seen = getattr(_local, "counts", {}).get(key)
+        if seen is None or seen[1] >= GUESS_MISSES:
+            return None
+        N = seen[0]
+    else:
+        N = plan.n_moduli
+    m, n = prep.a.E.shape[0], prep.b.E.shape[0]
+    need = _bound_layout(m, n, prep.kpad).nbytes + \
+        _product_layout(m, n, prep.kpad, N).nbytes
+    return N if need <= workspace_budget() else None
+
+
+def _last_count(key):
+    """The count of this thread's last product of shape ``key``, or None."""
+    seen = getattr(_local, "counts", {}).get(key)
+    return None if seen is None else seen[0]
+
+
+def _remember(key, N, guessed=None):
+    """Record ``N`` as the count of shape ``key``: after a guess (``guessed``), a right
+    one clears the misses and a wrong one adds one; a count read before the product
+    takes one miss off when it repeats the last count."""
+    counts = getattr(_local, "counts", None)
+    if counts is None:
+        counts = _local.counts = {}
+    last, misses = counts.get(key, (None, 0))
+    if guessed is not None:
+        misses = 0 if N == guessed else misses + 1
+    elif N == last:
+        misses = max(0, misses - 1)
+    if len(counts) >= 256 and key not in counts:
+        counts.clear()
+    counts[key] = (N, misses)
 
 
 def _escalate(A0, B0, prep, N, C, bound):

@@ -33,7 +33,7 @@ from ..spec.rules import BOUND_KMAX, fast_quant_bits
 from ..spec.tiling import mirrored_blocks, symmetric_tiles
 from . import loader
 from ._common import (INT_MAX, INT_MIN, KPAD, LDC_PAD, REAL_TABLE, CountTable, as_rows,
-                      blocks, h_params, lam1, round_up)
+                      blocks, from_row, h_params, lam1, round_up, span)
 from .modgemm import gemm_tn
 
 #: Reduction length per block of the row reductions (kernels/scaling.cu OZ_KR).
@@ -308,17 +308,17 @@ def quantize_down_into(side: Side, S, rows_slice, Q, sums: bool):
     """``alpha = floor(|x| 2^(7 - E))`` of the rows ``rows_slice`` into int8 ``Q``
     (``>= rows x kpad``), adding the row sums into ``side.SA`` when ``sums``."""
     i0, i1 = rows_slice
-    X = side.X_op[i0:i1]
+    X = side.X_op[i0:i1]           # a HostRows block (out of core) uploads here
     rows, cols = X.shape
     kpad = Q.shape[1]
     if rows == 0 or kpad == 0:
         return
     X, rs, cs, rf = as_rows(X)
-    SA = side.SA[i0:i1] if sums else cupy.empty(rows, dtype=np.int32)
+    SA = span(side.SA, i0, i1) if sums else cupy.empty(rows, dtype=np.int32)
     loader.get_function("scaling.cu", "oz_quantize_down")(
         (-(-kpad // _TK), -(-rows // _TR)), (256,),
         (X, rs, cs, np.int32(rows), np.int32(cols), rf, S, np.int32(side.ks),
-         np.int32(kpad), side.E[i0:i1], Q, SA))
+         np.int32(kpad), span(side.E, i0, i1), Q, SA))
 
 
 def bound_tile_into(QA, QB, rows, cols, kpad, P, P32=None):
@@ -470,7 +470,8 @@ def _kept_bits(a, b, bm, tiles, mode, table, window):
         P = bm.tile(i0, i1, j0, j1)
         rowmax((-(-(i1 - i0) // 8),), (256,),
                (P, row_stride(P), np.int32(i1 - i0), np.int32(j1 - j0),
-                a.SA[i0:i1], a.n[i0:i1], b.SA[j0:j1], b.n[j0:j1], rmax[i0:i1]))
+                span(a.SA, i0, i1), span(a.n, i0, i1), span(b.SA, j0, j1), span(b.n, j0, j1),
+                span(rmax, i0, i1)))
     sigma = cupy.empty((NN, m), dtype=np.int32)
     if m:
         kernel("oz_sigma_all", table)(
@@ -486,8 +487,8 @@ def _kept_bits(a, b, bm, tiles, mode, table, window):
         grid = (-(-(j1 - j0) // 32), -(-(i1 - i0) // _PR))
         colmin(grid, (32, 8),
                (P, row_stride(P), np.int32(i1 - i0), np.int32(j1 - j0),
-                a.SA[i0:i1], a.n[i0:i1], b.SA[j0:j1], b.n[j0:j1],
-                sigma[0, i0:], np.int32(m), eh, fh, tau[0, j0:], np.int32(n), cidx))
+                span(a.SA, i0, i1), span(a.n, i0, i1), span(b.SA, j0, j1), span(b.n, j0, j1),
+                from_row(sigma, i0), np.int32(m), eh, fh, from_row(tau, j0), np.int32(n), cidx))
     fin = kernel("oz_kept_accurate", table)
     if m:
         fin((blocks(m),), (256,), (sigma, np.int32(m), empty, a.kept))

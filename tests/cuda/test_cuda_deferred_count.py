@@ -1,0 +1,117 @@
+"""The deferred read-back of the count (issue 18): a product starts with a guessed count
+(a fixed plan's, or the last count of its shape), the status is read while its GEMMs
+run, and a wrong guess is abandoned before anything is written. Whatever the guess, the
+bits, outcomes and counts are the CPU engine's. Marked ``gpu``."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import ozaki_backend as ob
+from ozaki_backend.plan import Plan
+from ozaki_backend.reference.engine import product_2d as ref_2d
+from ozaki_backend.semantics import apply_alpha_beta
+from ozaki_backend.testing import family_operands
+
+from bits import assert_same_bits
+
+cupy = pytest.importorskip("cupy")
+pytestmark = pytest.mark.gpu
+
+from ozaki_backend.cuda import pipeline  # noqa: E402  (needs CuPy)
+
+SHAPE = (48, 260, 40)     # m, k, n: one shape for every case, so the guesses carry over
+
+
+def _operands(name, seed):
+    m, k, n = SHAPE
+    return family_operands(name, m, k, n, np.random.default_rng(seed))
+
+
+def _run(A, B, engine, mode):
+    """``(C, certificate outcomes, moduli counts)`` of one product (a native fallback's
+    warning is expected for phi4)."""
+    ob.reset_stats()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ob.NativeFallbackWarning)
+        C = ob.matmul(A, B, engine=engine, mode=mode)
+    s = ob.stats()
+    return (C if isinstance(C, np.ndarray) else C.get()), s["certificate"], s["moduli"]
+
+
+@pytest.mark.parametrize("mode", ["fast", "accurate"])
+def test_guessed_counts_right_and_wrong_give_the_reference_bits(mode):
+    """A sequence whose counts repeat and change (16, 18, and phi4's escalation after
+    a guess): right guesses and wrong ones both happen, and every product has the CPU
+    engine's bits (the native fallback's: cuBLAS's), outcome and count."""
+    seq = ["phi0.5", "phi0.5", "phi2", "phi2", "phi0.5", "phi4", "phi1", "cancellation",
+           "phi2", "phi0.5", "phi0.5"]
+    before = dict(pipeline.GUESSES)
+    counts = set()
+    for i, name in enumerate(seq):
+        A, B = _operands(name, 100 + i)
+        C0, out0, mod0 = _run(A, B, "cpu", mode)
+        counts.update(mod0)
+        dA, dB = cupy.asarray(A), cupy.asarray(B)
+        C, out, mod = _run(dA, dB, "cuda", mode)
+        assert out == out0, (name, out, out0)
+        assert mod == mod0, (name, mod, mod0)
+        assert_same_bits(C, (dA @ dB).get() if "native fallback" in out else C0)
+    assert len(counts) > 1, counts       # the sequence does change the count
+    assert pipeline.GUESSES["right"] > before["right"]
+    assert pipeline.GUESSES["wrong"] > before["wrong"]
+
+
+def test_a_wrong_guess_leaves_c_intact_for_an_in_place_update():
+    """``C = alpha AB + beta C`` in place, the guess wrong: the abandoned product wrote
+    nothing, so the update reads the original C."""
+    m, k, n = SHAPE
+    plan = Plan(m, n, k)
+    A1, B1 = _operands("phi0.5", 1)
+    A2, B2 = _operands("phi2", 2)
+    for A, B in ((A1, B1), (A1, B1), (A2, B2)):     # the third guesses the first's count
+        C0 = np.random.default_rng(3).standard_normal((m, n))
+        want = apply_alpha_beta(ref_2d(A, B, plan), 0.5, -2.0, C0)
+        before = dict(pipeline.GUESSES)
+        C = cupy.asarray(C0)
+        pipeline.product_into(cupy.asarray(A), cupy.asarray(B), plan, C, alpha=0.5,
+                              beta=-2.0, C0=C, check_finite=True)
+        assert_same_bits(C, want)
+    assert pipeline.GUESSES["wrong"] == before["wrong"] + 1, "the last guess was not wrong"
+
+
+def test_inf_nan_after_a_guess_takes_the_native_path():
+    """A NaN/Inf operand of a shape with a guessed count: the guessed product is
+    abandoned and the result is the native one (cuBLAS's bits)."""
+    A, B = _operands("phi0.5", 5)
+    dA, dB = cupy.asarray(A), cupy.asarray(B)
+    for _ in range(2):
+        ob.matmul(dA, dB, engine="cuda")
+    before = dict(pipeline.GUESSES)
+    A[3, 7] = np.nan
+    B[0, 2] = np.inf
+    dA, dB = cupy.asarray(A), cupy.asarray(B)
+    got = ob.matmul(dA, dB, engine="cuda").get()
+    assert_same_bits(got, (dA @ dB).get())
+    assert np.isnan(got[3]).all()
+    assert pipeline.GUESSES["wrong"] == before["wrong"] + 1
+
+
+@pytest.mark.parametrize("N", [4, 12, 20])
+def test_fixed_counts_read_back_after_their_gemms(N):
+    """A fixed count always starts at once (its guess is the plan's); the bits and the
+    certificate's outcome are the CPU engine's."""
+    m, k, n = SHAPE
+    A, B = _operands("phi2", 7)
+    plan = Plan(m, n, k, moduli=N)
+    assert plan.n_moduli == N
+    ob.reset_stats()
+    ref = plan.matmul(A, B, engine="cpu")
+    out0 = ob.stats()["certificate"]
+    before = dict(pipeline.GUESSES)
+    ob.reset_stats()
+    got = plan.matmul(cupy.asarray(A), cupy.asarray(B), engine="cuda").get()
+    assert_same_bits(got, ref)
+    assert ob.stats()["certificate"] == out0
+    assert pipeline.GUESSES["right"] == before["right"] + 1
