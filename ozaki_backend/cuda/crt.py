@@ -23,8 +23,13 @@ from . import loader
 from ._prelude import crt_prelude as prelude
 
 
-def _kernel(n_moduli: int, residues: bool = False, table_prelude=None):
-    name = "oz_crt_u8" if residues else "oz_crt"
+#: Use ``oz_crt2`` (two columns per thread) where the planes allow it; the same bits
+#: either way (scripts/crt_pairs.py times both and checks that).
+PAIRS = True
+
+
+def _kernel(n_moduli: int, residues: bool = False, table_prelude=None, pairs=False):
+    name = "oz_crt_u8" if residues else "oz_crt2" if pairs else "oz_crt"
     return loader.get_function("crt.cu", name, prelude=table_prelude or prelude(n_moduli))
 
 
@@ -63,8 +68,14 @@ def crt_into(C, n_moduli, rows, cols, s, t, out, *, alpha=1.0, beta=0.0, C0=None
         raise TypeError(f"products must be int32 or uint8 planes, got {C.dtype}")
     if table_prelude is not None and C.dtype != np.uint8:
         raise TypeError("another moduli table needs reduced uint8 residues")
-    _kernel(n_moduli, C.dtype == np.uint8, table_prelude)(
-        (-(-cols // 256), min(rows, 65535)), (256,),
+    plane, ldc = C.shape[1] * C.shape[2], C.shape[2]
+    # Two columns per thread (int2 loads) when every row of every plane starts 8-byte
+    # aligned — the cuBLAS path's planes (ldc a multiple of 16) always do.
+    pairs = (PAIRS and C.dtype == np.int32 and C.data.ptr % 8 == 0 and plane % 2 == 0
+             and ldc % 2 == 0)
+    per = 512 if pairs else 256
+    _kernel(n_moduli, C.dtype == np.uint8, table_prelude, pairs)(
+        (-(-cols // per), min(rows, 65535)), (256,),
         (C, np.int64(C.shape[1] * C.shape[2]), np.int64(C.shape[2]), np.int32(rows),
          np.int32(cols), s, t, out, np.int64(os0 // 8), np.int64(os1 // 8), np.int32(mode),
          np.float64(alpha), np.float64(beta), C0p, np.int64(c0 // 8), np.int64(c1 // 8)))
