@@ -76,7 +76,7 @@ def crt_into(C, n_moduli, rows, cols, s, t, out, *, alpha=1.0, beta=0.0, C0=None
     per = 512 if pairs else 256
     _kernel(n_moduli, C.dtype == np.uint8, table_prelude, pairs)(
         (-(-cols // per), min(rows, 65535)), (256,),
-        (C, np.int64(C.shape[1] * C.shape[2]), np.int64(C.shape[2]), np.int32(rows),
+        (C, np.int64(plane), np.int64(ldc), np.int32(rows),
          np.int32(cols), s, t, out, np.int64(os0 // 8), np.int64(os1 // 8), np.int32(mode),
          np.float64(alpha), np.float64(beta), C0p, np.int64(c0 // 8), np.int64(c1 // 8)))
 

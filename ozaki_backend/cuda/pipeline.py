@@ -786,7 +786,7 @@ def _guess(plan, key, prep, bound):
     if getattr(_local, "retry_budget", None) is not None:
         return None
     if plan.adaptive:
-        seen = getattr(_local, "counts", {}).get(key)
+        seen = _seen(key)
         if seen is None or seen[1] >= GUESS_MISSES:
             return None
         N = seen[0]
@@ -798,9 +798,15 @@ def _guess(plan, key, prep, bound):
     return N if need <= workspace_budget() else None
 
 
+def _seen(key):
+    """``(count, wrong guesses in a row)`` of this thread's last product of shape
+    ``key``, or None."""
+    return getattr(_local, "counts", {}).get(key)
+
+
 def _last_count(key):
     """The count of this thread's last product of shape ``key``, or None."""
-    seen = getattr(_local, "counts", {}).get(key)
+    seen = _seen(key)
     return None if seen is None else seen[0]
 
 
