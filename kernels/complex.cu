@@ -44,8 +44,8 @@ oz_cx_quantize(const double *__restrict__ Xr, const double *__restrict__ Xi, i64
                int *__restrict__ SA) {
     __shared__ double tr[OZ_TR][OZ_TK + 1], ti[OZ_TR][OZ_TK + 1];
     int row0 = blockIdx.y * OZ_TR, col0 = blockIdx.x * OZ_TK;
-    oz_load_tile(tr, Xr, rs, cs, rows, cols, row0, col0, rows_fast, S, ks);
-    oz_load_tile(ti, Xi, rs, cs, rows, cols, row0, col0, rows_fast, S, ks);
+    oz_res_load_tile(tr, Xr, rs, cs, rows, cols, row0, col0, rows_fast, S, ks);
+    oz_res_load_tile(ti, Xi, rs, cs, rows, cols, row0, col0, rows_fast, S, ks);
     __syncthreads();
     u32 wp, wm;
     oz_quantize_rows(

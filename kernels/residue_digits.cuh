@@ -57,7 +57,6 @@
 #define OZ_RESIDUE_DIGITS_CUH
 #include "common.cuh"
 
-#define OZ_RES_THREADS 256     // the launch's block size (ozaki_backend/cuda/residues.py)
 #define OZ_FP_SMAX 1600        // |s| bound of the float64 path
 #define OZ_DIGIT 43            // bits per digit of the float64 path
 
@@ -265,57 +264,5 @@ __device__ __forceinline__ int oz_int_residue(const OzInt &x) {
 }
 
 // ---------------------------------------------------------------------------------
-
-// The 32 x 64 tile through shared memory (zero outside the operand, so the k padding
-// gets residue 0), as oz_load_tile of common.cuh but with the eight loads of a thread
-// issued back to back (more bytes in flight), the address stepped by a pointer
-// increment, and the bounds tests dropped for interior tiles (a block-uniform branch).
-__device__ __forceinline__ void oz_res_load_tile(double (*tile)[OZ_TK + 1],
-                                                 const double *__restrict__ X, i64 rs, i64 cs,
-                                                 int rows, int cols, int row0, int col0,
-                                                 int rows_fast, const int *__restrict__ S,
-                                                 int ks, int tid = threadIdx.x) {
-    // tid: this thread's index among the OZ_RES_THREADS that load the tile
-    constexpr int PER = OZ_TR * OZ_TK / OZ_RES_THREADS;
-    // lanes along the rows (unit stride: rows_fast) or along the columns; each thread
-    // then steps along the other index: tile (r + i dr, c + i dc), i < PER
-    int r, c, dr, dc;
-    if (rows_fast) {
-        r = tid & (OZ_TR - 1), c = tid / OZ_TR;
-        dr = 0, dc = OZ_RES_THREADS / OZ_TR;
-    } else {
-        r = tid / OZ_TK, c = tid & (OZ_TK - 1);
-        dr = OZ_RES_THREADS / OZ_TK, dc = 0;
-    }
-    int gr = row0 + r, gc = col0 + c;
-    const double *p = X + (i64)gr * rs + (i64)gc * cs;
-    i64 step = (i64)dr * rs + (i64)dc * cs;
-    double v[PER];
-    if (row0 + OZ_TR <= rows && col0 + OZ_TK <= cols) {
-#pragma unroll
-        for (int i = 0; i < PER; ++i) {
-            v[i] = *p;
-            p += step;
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < PER; ++i) {
-            v[i] = (gr + i * dr < rows && gc + i * dc < cols) ? *p : 0.0;
-            p += step;
-        }
-    }
-    if (S) {
-        // The equilibration exponents (docs/spec.md §2.1): x 2^(ks S_k), exact.
-#pragma unroll
-        for (int i = 0; i < PER; ++i) {
-            int gci = gc + i * dc;
-            if (gci < cols) v[i] = oz_shift(v[i], ks * S[gci]);
-        }
-    }
-    double *t = &tile[r][c];
-    int tstep = dr * (OZ_TK + 1) + dc;
-#pragma unroll
-    for (int i = 0; i < PER; ++i) t[i * tstep] = v[i];
-}
 
 #endif  // OZ_RESIDUE_DIGITS_CUH

@@ -28,6 +28,10 @@
 #               scripts/kernel_timeline.py SIZES (every kernel of the real product under
 #               the PyTorch profiler: gaps, busy time) to $OUT/profile-timeline.log;
 #               PROFILE_TIMEOUT
+#   --overlap SHAPES  only scripts/overlap_sweep.py --shapes SHAPES ('m,k,n;...'): the
+#               overlapped schedule for each SM count left free (OVERLAP_ARGS, e.g.
+#               '--sms 0,8,16,24 --blocks 0,2048'), bits against the plain tile loop,
+#               next to DGEMM; $OUT/overlap.log, $OUT/overlap.json; OVERLAP_TIMEOUT
 #   --dask      also scripts/dask_gpu.py (issue 15: one GPU worker; DASK_ARGS adds its
 #               options), logged to $OUT/dask_gpu.log, JSON in $OUT/dask_gpu.json.
 #               Needs the dask wheels: carry .whl_dask (installed like .whl)
@@ -42,7 +46,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
 run_tests=1 run_bench=1 run_tune=0 run_san=0 run_g8=0 run_dask=0 run_host=0 kexpr=() ws_parts=""
-prof_sizes=""
+prof_sizes="" ov_shapes=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests-only) run_bench=0; shift ;;
@@ -54,6 +58,7 @@ while [ $# -gt 0 ]; do
     --workspace) ws_parts="$2"; run_tests=0; run_bench=0; shift 2 ;;
     --dask) run_dask=1; shift ;;
     --profile) prof_sizes="$2"; run_tests=0; run_bench=0; shift 2 ;;
+    --overlap) ov_shapes="$2"; run_tests=0; run_bench=0; shift 2 ;;
     -k) kexpr=(-k "$2"); shift 2 ;;
     *) break ;;
   esac
@@ -93,7 +98,12 @@ if [ $run_tests = 1 ]; then
   rc_tests=$?
   echo "pytest: rc=$rc_tests in $(( $(date +%s) - t0 )) s" >>"$OUT/pytest.log"
 fi
-rc_tune=0 rc_san=0 rc_g8=0 rc_ws=0 rc_dask=0 rc_host=0 rc_prof=0
+rc_tune=0 rc_san=0 rc_g8=0 rc_ws=0 rc_dask=0 rc_host=0 rc_prof=0 rc_ov=0
+if [ -n "$ov_shapes" ]; then
+  # shellcheck disable=SC2086
+  timeout "${OVERLAP_TIMEOUT:-300}" python3 scripts/overlap_sweep.py --shapes "$ov_shapes" \
+    --json "$OUT/overlap.json" ${OVERLAP_ARGS:-} >"$OUT/overlap.log" 2>&1 || rc_ov=1
+fi
 if [ $run_host = 1 ]; then
   export OZAKI_BACKEND_RATES="$OUT/host_rates.json"
   timeout "${RATES_TIMEOUT:-150}" python3 -m ozaki_backend tune --rates-only \
@@ -182,6 +192,9 @@ if [ -n "$ws_parts" ]; then
     grep -v '^{' "$OUT/workspace-$part.log" | tail -n 25
   done
 fi
+if [ -n "$ov_shapes" ]; then
+  echo "==== overlapped schedule (overlap.log), rc=$rc_ov"; tail -n 60 "$OUT/overlap.log"
+fi
 if [ -n "$prof_sizes" ]; then
   echo "==== stages of the real product (profile-real.log)"; grep -v "^ *$" "$OUT/profile-real.log" | tail -n 40
   echo "==== stages of the complex product (profile-complex.log)"; head -n 4 "$OUT/profile-complex.log"
@@ -195,4 +208,4 @@ fi
 if [ $run_g8 = 1 ]; then
   echo "==== GEMMul8 side by side (rc=$rc_g8; gemmul8.log)"; tail -n 60 "$OUT/gemmul8-table.log"
 fi
-exit $(( rc_tests != 0 || rc_bench != 0 || rc_tune != 0 || rc_san != 0 || rc_g8 != 0 || rc_ws != 0 || rc_dask != 0 || rc_host != 0 || rc_prof != 0 ))
+exit $(( rc_tests != 0 || rc_bench != 0 || rc_tune != 0 || rc_san != 0 || rc_g8 != 0 || rc_ws != 0 || rc_dask != 0 || rc_host != 0 || rc_prof != 0 || rc_ov != 0 ))

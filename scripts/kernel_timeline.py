@@ -1,16 +1,19 @@
 """Kernel-by-kernel timeline of the real product on the device (issue 18).
 
-    python scripts/kernel_timeline.py [n ...]          (default: 4096 8192)
+    python scripts/kernel_timeline.py [n | m,k,n ...]          (default: 4096 8192)
 
-For N(0,1) operands of n x n x n (CuPy, on the device), ``ob.matmul`` with the default
+For N(0,1) operands of n x n x n or m x k x n (CuPy, on the device), ``ob.matmul`` with the default
 precision is run under the PyTorch profiler (CUPTI records every kernel of the process,
 CuPy's and cuBLAS's included), after a warm-up, three calls. Printed per call: the
 wall time (host), the span from the first kernel's start to the last one's end, the
 time the GPU was busy, the idle gaps (launch and synchronisation overhead), and each
 kernel's name, count and total time, the largest first. No Nsight Systems on the device
-image, so this is the timeline we can read.
+image, so this is the timeline we can read. With the overlapped schedule (streams run
+kernels at once) the busy time is the union of the kernels' intervals, and the time the
+GEMMs and other kernels ran together is printed. ``TIMELINE_HOST=0``: no host profile.
 """
 
+import os
 import sys
 import time
 from collections import defaultdict
@@ -32,13 +35,52 @@ def _kernels(prof):
     return sorted(out, key=lambda r: r[1])
 
 
-def timeline(n, calls=3):
+def _is_gemm(name):
+    """cuBLAS's kernels (ours are all named oz_*; CuPy's elementwise ones cupy_*)."""
+    low = name.lower()
+    return not low.startswith(("oz_", "cupy_", "mem")) and (
+        "gemm" in low or "xmma" in low or "cutlass" in low or "sm90" in low)
+
+
+def _union(spans):
+    """Total length of the union of ``(start, duration)`` intervals."""
+    total, end = 0.0, None
+    for a, d in sorted(spans):
+        b = a + d
+        if end is None or a > end:
+            total += d
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
+
+
+def overlap_summary(g):
+    """``(union, gemm_union, other_union, both)`` in us for one call's kernels: the
+    time the GPU ran anything, the GEMMs, anything else, and both at once (the
+    overlapped schedule's gain; streams run kernels concurrently, so the sum of the
+    durations overstates the busy time)."""
+    gem = [(a, d) for name, a, d in g if _is_gemm(name)]
+    oth = [(a, d) for name, a, d in g if not _is_gemm(name)]
+    u, ug, uo = _union([(a, d) for _, a, d in g]), _union(gem), _union(oth)
+    return u, ug, uo, ug + uo - u
+
+
+def _shape(spec):
+    """``(m, k, n)`` from ``"n"`` (a cube) or ``"m,k,n"``."""
+    v = [int(x) for x in str(spec).split(",")]
+    return (v[0], v[0], v[0]) if len(v) == 1 else tuple(v)
+
+
+def timeline(spec, calls=3):
 
     from torch.profiler import ProfilerActivity, profile
 
+    m, k, n = _shape(spec)
     rng = cupy.random.default_rng(0)
-    A, B = rng.standard_normal((n, n)), rng.standard_normal((n, n))
-    C = cupy.empty((n, n))
+    A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    C = cupy.empty((m, n))
     for _ in range(3):
         ob.matmul(A, B, out=C)
         cupy.matmul(A, B)
@@ -67,7 +109,7 @@ def timeline(n, calls=3):
         cur.append(r)
     if cur:
         groups.append(cur)
-    print(f"n={n}: wall per call (host) " + ", ".join(f"{w * 1e3:.3f}" for w in walls)
+    print(f"{m}x{k}x{n}: wall per call (host) " + ", ".join(f"{w * 1e3:.3f}" for w in walls)
           + f" ms; native DGEMM call {t_native * 1e3:.3f} ms")
     for gi, g in enumerate(groups[:calls]):
         span = g[-1][1] + g[-1][2] - g[0][1]
@@ -77,8 +119,11 @@ def timeline(n, calls=3):
             gap = b[1] - (a[1] + a[2])
             if gap > 0:
                 gaps.append((gap, a[0][:40], b[0][:40]))
+        u, ug, uo, both = overlap_summary(g)
         print(f"  call {gi}: {len(g)} kernels, span {span / 1e3:.3f} ms, busy "
-              f"{busy / 1e3:.3f} ms, idle {max(0.0, span - busy) / 1e3:.3f} ms")
+              f"{u / 1e3:.3f} ms (sum of kernels {busy / 1e3:.3f}), idle "
+              f"{max(0.0, span - u) / 1e3:.3f} ms; GEMMs {ug / 1e3:.3f} ms, other "
+              f"kernels {uo / 1e3:.3f} ms, both at once {both / 1e3:.3f} ms")
         if gi == len(groups[:calls]) - 1:
             agg = defaultdict(lambda: [0, 0.0])
             for name, _, d in g:
@@ -92,15 +137,16 @@ def timeline(n, calls=3):
     sys.stdout.flush()
 
 
-def host_profile(n, calls=20):
+def host_profile(spec, calls=20):
     """cProfile of ``calls`` products (the host's share: Python, launches, allocations),
     the functions with the most time of their own first."""
     import cProfile
     import pstats
 
+    m, k, n = _shape(spec)
     rng = cupy.random.default_rng(0)
-    A, B = rng.standard_normal((n, n)), rng.standard_normal((n, n))
-    C = cupy.empty((n, n))
+    A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    C = cupy.empty((m, n))
     for _ in range(3):
         ob.matmul(A, B, out=C)
     cupy.cuda.Device().synchronize()
@@ -110,17 +156,18 @@ def host_profile(n, calls=20):
         ob.matmul(A, B, out=C)
     cupy.cuda.Device().synchronize()
     pr.disable()
-    print(f"host profile, n={n}, {calls} calls (per call: divide by {calls})")
+    print(f"host profile, {m}x{k}x{n}, {calls} calls (per call: divide by {calls})")
     st = pstats.Stats(pr)
     st.sort_stats("tottime").print_stats(45)
     st.sort_stats("cumulative").print_stats(60)
 
 
 def main(argv):
-    sizes = [int(x) for x in argv] or [4096, 8192]
+    sizes = argv or ["4096", "8192"]
     for n in sizes:
         timeline(n)
-    host_profile(sizes[0])
+    if os.environ.get("TIMELINE_HOST", "1") != "0":
+        host_profile(sizes[0])
 
 
 if __name__ == "__main__":

@@ -46,7 +46,9 @@ def crt_into(C, n_moduli, rows, cols, s, t, out, *, alpha=1.0, beta=0.0, C0=None
 
     Parameters
     ----------
-    C : cupy int32 or uint8 (>= N, >= rows, ldc)
+    C : cupy int32 or uint8 (>= N, >= rows, >= cols)
+        Rows contiguous; rows and planes any distance apart (``ldc`` and the plane
+        stride are read from the strides).
         int32: products congruent mod p_l with ``|value| <= 2^30 + 255`` (cuBLAS);
         uint8: the residues themselves, in ``[0, p_l)`` (the fused product kernel).
     s, t : cupy int32 (rows,), (cols,)
@@ -68,7 +70,10 @@ def crt_into(C, n_moduli, rows, cols, s, t, out, *, alpha=1.0, beta=0.0, C0=None
         raise TypeError(f"products must be int32 or uint8 planes, got {C.dtype}")
     if table_prelude is not None and C.dtype != np.uint8:
         raise TypeError("another moduli table needs reduced uint8 residues")
-    plane, ldc = C.shape[1] * C.shape[2], C.shape[2]
+    # Planes and rows any distance apart (a block of larger planes), elements contiguous.
+    if C.strides[2] != C.itemsize or C.strides[0] % C.itemsize or C.strides[1] % C.itemsize:
+        raise ValueError("product planes need contiguous rows")
+    plane, ldc = C.strides[0] // C.itemsize, C.strides[1] // C.itemsize
     # Two columns per thread (int2 loads) when every row of every plane starts 8-byte
     # aligned — the cuBLAS path's planes (ldc a multiple of 16) always do.
     pairs = (PAIRS and C.dtype == np.int32 and C.data.ptr % 8 == 0 and plane % 2 == 0

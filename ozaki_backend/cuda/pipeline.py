@@ -35,8 +35,10 @@ from ..semantics import apply_alpha_beta, transpose_pair
 from ..spec import certificate as spec
 from ..spec import tiling
 from ..spec.moduli import MAX_MODULI, MODULI
-from . import certificate, crt, modgemm, modprod, residues, scaling, symmetric, tuning
-from ._common import KPAD, REAL_TABLE, Workspace, free_device_bytes, round_up, span
+from . import (certificate, crt, modgemm, modprod, overlap, residues, scaling, symmetric,
+               tuning)
+from ._common import (KPAD, REAL_TABLE, Workspace, free_device_bytes, one_memory_query,
+                      round_up, span)
 from .errors import CudaEngineError, WorkspaceTooSmall
 from .scaling import BoundMatrix
 
@@ -434,6 +436,24 @@ def integer_product_into(prep: Prepared, n_moduli, s, t, out, *, alpha=1.0, beta
     v = prod.carve(buf)
     RA, RB, C = v["RA"], v["RB"], v["C"]
     tile = cupy.empty((tm, tn), dtype=np.float64) if host_out else None
+    block = (overlap.block_for(tm, tn)
+             if kc == kpad and path == "cublas" and strategy is None and ph is _nothing
+             and not host_out and modgemm.gemm_strategy(tm, tn) == "loop" else None)
+    if block is not None:
+        # One chunk of k, nobody timing the stages: in each tile the residue and CRT
+        # passes run beside the GEMMs (overlap.py; the same kernels on the same inputs;
+        # the caller's stream waits for each tile before the next reuses the planes).
+        for (i0, i1, j0, j1) in _tile_list(m, n, tm, tn):
+            whole = (i0, i1, j0, j1) == (0, m, 0, n)
+            overlap.product_into(
+                span(A, i0, i1), span(Bt, j0, j1), S, span(s, i0, i1), span(t, j0, j1),
+                RA, RB, C, out if whole else out[i0:i1, j0:j1], N, kpad, block,
+                alpha=alpha, beta=beta,
+                C0=C0 if C0 is None or whole else C0[i0:i1, j0:j1],
+                before_output=before_output)
+            before_output = None
+        del buf, v, RA, RB, C
+        return
     items = [(l, l, p, l) for l, p in enumerate(MODULI[:N])]
     rows_key = cols_key = None
     for (i0, i1, j0, j1) in _tile_list(m, n, tm, tn):
@@ -546,7 +566,8 @@ def product_into(A, B, plan, out, *, alpha=1.0, beta=0.0, C0=None, phases=None,
                              bound=bound, sym=sym)
 
     unsafe = beta != 0.0 and C0 is not None and cupy.may_share_memory(C0, out)
-    done, res = with_retries(once, phases, in_place=unsafe)
+    with one_memory_query():        # the tile choices' free-memory queries: one driver call
+        done, res = with_retries(once, phases, in_place=unsafe)
     if done:
         return res
     return _native_fallback(A, B, out, alpha, beta, C0, bound, check_finite, sym, res)

@@ -37,8 +37,9 @@ def residue_planes_into(X, shift, R, n_moduli, S=None, ks=0):
     S : cupy int32 (cols,) or None
         Equilibration exponents (``docs/spec.md`` §2.1), applied as ``2^(ks S_k)``
         (``ks = -1`` for A, ``+1`` for B read as its transpose).
-    R : cupy int8 (>= N, >= rows, kpad), C-contiguous, 8-byte aligned
-        Plane ``l`` is ``R[l, :rows, :]``; columns ``cols..kpad-1`` are zeroed.
+    R : cupy int8 (>= N, >= rows, kpad), rows contiguous, 8-byte aligned
+        Plane ``l`` is ``R[l, :rows, :]``; columns ``cols..kpad-1`` are zeroed. The
+        planes may be any distance apart (a row block of larger planes).
         (The kernel stores 8 bytes of a row at a time; kpad is a multiple of KPAD.)
     n_moduli : int
     """
@@ -46,15 +47,16 @@ def residue_planes_into(X, shift, R, n_moduli, S=None, ks=0):
     kpad = R.shape[2]
     if rows == 0 or kpad == 0:
         return
-    if R.data.ptr % 8 or kpad % 8:
-        raise ValueError("residue planes must be 8-byte aligned with kpad % 8 == 0")
+    if R.data.ptr % 8 or kpad % 8 or R.strides[1:] != (kpad, 1) or R.strides[0] % 8:
+        raise ValueError("residue planes must be 8-byte aligned with contiguous rows "
+                         "and kpad % 8 == 0")
     X, rs, cs, rows_fast = as_rows(X)
     fn = loader.get_function("residues.cu", "oz_residues")
     grid = (-(-kpad // 64), -(-rows // 32))
     if grid[1] > 65535:
         raise ValueError(f"operand too tall for one launch ({rows} rows)")
     fn(grid, (256,), (X, rs, cs, np.int32(rows), np.int32(cols), rows_fast, S, np.int32(ks),
-                      np.int32(kpad), shift, R, np.int64(R.shape[1] * kpad),
+                      np.int32(kpad), shift, R, np.int64(R.strides[0]),
                       np.int32(n_moduli)))
 
 

@@ -76,6 +76,10 @@ EXTRA_VARS = {
     "OZAKI_BACKEND_CUDA_PATH": "CUDA engine: force the GEMM path (tune/bench set it)",
     "OZAKI_BACKEND_CUDA_COLBLOCK": "CUDA engine: column block of the modular GEMM",
     "OZAKI_BACKEND_CUDA_ROWBLOCK": "CUDA engine: row block of the modular GEMM",
+    "OZAKI_BACKEND_CUDA_SIDE_SMS": "CUDA engine: SMs the INT8 GEMMs leave to the residue "
+                                   "and CRT passes beside them (0: no overlap)",
+    "OZAKI_BACKEND_CUDA_OVERLAP_BLOCK": "CUDA engine: output block of the overlapped "
+                                        "schedule (0: no overlap)",
     "OZAKI_BACKEND_CUDA_BK": "CUDA engine: k tile of the fused kernel",
     "OZAKI_BACKEND_CUDA_CLUSTER": "CUDA engine: cluster size of the fused kernel",
     "OZAKI_BACKEND_PHASE22_ROWS": "CUDA engine: row block of the phase22 scheme",

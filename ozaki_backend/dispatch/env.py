@@ -179,6 +179,8 @@ _CUDA_CHECKS = {
     "OZAKI_BACKEND_CUDA_TILE": (_int_list(2), "two positive integers 'tm,tn'"),
     "OZAKI_BACKEND_CUDA_COLBLOCK": (str.isdigit, "an integer >= 0"),
     "OZAKI_BACKEND_CUDA_ROWBLOCK": (str.isdigit, "an integer >= 0"),
+    "OZAKI_BACKEND_CUDA_SIDE_SMS": (str.isdigit, "an integer >= 0"),
+    "OZAKI_BACKEND_CUDA_OVERLAP_BLOCK": (str.isdigit, "an integer >= 0"),
     "OZAKI_BACKEND_CUDA_BK": (str.isdigit, "an integer >= 0"),
     "OZAKI_BACKEND_CUDA_CLUSTER": (str.isdigit, "an integer >= 0"),
     "OZAKI_BACKEND_PHASE22_ROWS": (str.isdigit, "an integer >= 0"),

@@ -198,6 +198,22 @@ def test_tuning_choice_is_reported():
         assert width in (128, 256)
 
 
+def test_tuning_choice_is_cached_but_follows_the_forcing_variable(monkeypatch):
+    from ozaki_backend.cuda import tuning
+
+    monkeypatch.delenv("OZAKI_BACKEND_CUDA_PATH", raising=False)
+    first = tuning.choice(4096, 4096, 4096, 15)
+    assert tuning.choice(4096, 4096, 4096, 15) is first       # cached
+    monkeypatch.setenv("OZAKI_BACKEND_CUDA_PATH", "cublas")
+    assert tuning.choice(4096, 4096, 4096, 15)[::2] == ("cublas",
+                                                        "forced by OZAKI_BACKEND_CUDA_PATH")
+    monkeypatch.setenv("OZAKI_BACKEND_CUDA_PATH", "bogus")
+    with pytest.raises(ValueError):
+        tuning.choice(4096, 4096, 4096, 15)
+    monkeypatch.delenv("OZAKI_BACKEND_CUDA_PATH")
+    assert tuning.choice(4096, 4096, 4096, 15) == first
+
+
 def test_plan_says_which_gemm_path():
     import ozaki_backend
     from ozaki_backend.cuda import tuning

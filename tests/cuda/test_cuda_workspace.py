@@ -169,3 +169,26 @@ def test_budgets_below_the_smallest_tile_split_k_without_changing_a_bit(mode):
         got = ob.matmul(dA, dB, engine="cuda", mode=mode, workspace=40 * 10 ** 6)
     assert_same_bits(got.get(), ref)
     assert pipeline.last_workspace_peak() <= 40 * 10 ** 6 + _stats_slack(300, 280)
+
+
+def test_one_memory_query_follows_the_pool():
+    """Inside a product the driver is asked for free memory once; afterwards the pool's
+    own allocations are subtracted. A fresh 1 GiB allocation (a multiple of the driver's
+    2 MiB page, so the driver takes exactly that) moves the answer by exactly 1 GiB, and
+    it agrees with a fresh query to within one page."""
+    from ozaki_backend.cuda._common import free_device_bytes, one_memory_query
+
+    pool = cupy.get_default_memory_pool()
+    pool.free_all_blocks()
+    page = 2 << 20
+    with one_memory_query():
+        before = free_device_bytes()
+        with one_memory_query():              # nested: the outer query is kept
+            x = cupy.empty(1 << 30, dtype=np.uint8)
+            during = free_device_bytes()
+        fresh = int(cupy.cuda.runtime.memGetInfo()[0]) + int(pool.free_bytes())
+        del x
+    assert before - during == 1 << 30
+    assert abs(during - fresh) <= page
+    outside = free_device_bytes()           # a real query again (the block is cached)
+    assert abs(outside - before) <= page
