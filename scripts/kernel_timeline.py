@@ -73,18 +73,27 @@ def _shape(spec):
     return (v[0], v[0], v[0]) if len(v) == 1 else tuple(v)
 
 
-def timeline(spec, calls=3):
-
-    from torch.profiler import ProfilerActivity, profile
-
+def _warm_operands(spec, native=False):
+    """``((m, k, n), A, B, C)``: N(0, 1) device operands of the shape ``spec`` and an
+    output, after three products (and three native ones with ``native``) have compiled
+    the kernels and filled the memory pool."""
     m, k, n = _shape(spec)
     rng = cupy.random.default_rng(0)
     A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
     C = cupy.empty((m, n))
     for _ in range(3):
         ob.matmul(A, B, out=C)
-        cupy.matmul(A, B)
+        if native:
+            cupy.matmul(A, B)
     cupy.cuda.Device().synchronize()
+    return (m, k, n), A, B, C
+
+
+def timeline(spec, calls=3):
+
+    from torch.profiler import ProfilerActivity, profile
+
+    (m, k, n), A, B, C = _warm_operands(spec, native=True)
     walls = []
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
@@ -143,13 +152,7 @@ def host_profile(spec, calls=20):
     import cProfile
     import pstats
 
-    m, k, n = _shape(spec)
-    rng = cupy.random.default_rng(0)
-    A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
-    C = cupy.empty((m, n))
-    for _ in range(3):
-        ob.matmul(A, B, out=C)
-    cupy.cuda.Device().synchronize()
+    (m, k, n), A, B, C = _warm_operands(spec)
     pr = cProfile.Profile()
     pr.enable()
     for _ in range(calls):

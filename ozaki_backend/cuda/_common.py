@@ -38,6 +38,14 @@ def span(x, i0, i1):
     return x if i0 == 0 and i1 == x.shape[0] else x[i0:i1]
 
 
+def block_view(x, i0, i1, j0, j1):
+    """``x[i0:i1, j0:j1]`` as :func:`span` does it for 2-D arrays: ``x`` itself when that
+    is all of it, and None stays None (an absent ``C0``)."""
+    if x is None or (i0 == 0 and j0 == 0 and (i1, j1) == x.shape):
+        return x
+    return x[i0:i1, j0:j1]
+
+
 def from_row(x, i0):
     """The 1-D view of a count-major table ``x`` from element ``i0`` of its first row
     (``x[0, i0:]``; ``x`` itself for 0: a kernel reads only its address)."""

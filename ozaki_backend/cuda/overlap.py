@@ -34,7 +34,7 @@ from functools import lru_cache
 import cupy
 
 from . import crt, modgemm, residues
-from ._common import span
+from ._common import block_view, span
 from .modprod import _sm_count
 
 #: SMs the GEMMs leave to the side stream (``OZAKI_BACKEND_CUDA_SIDE_SMS``; 0: no
@@ -200,9 +200,9 @@ def product_into(A, Bt, S, s, t, RA, RB, C, out, n_moduli, kpad, block, *,
                 with side_s:
                     side_s.wait_event(done)
                     crt.crt_into(C[:, i0:i1, j0:j1], N, i1 - i0, j1 - j0,
-                                 span(s, i0, i1), span(t, j0, j1), out[i0:i1, j0:j1],
-                                 alpha=alpha, beta=beta,
-                                 C0=None if C0 is None else C0[i0:i1, j0:j1])
+                                 span(s, i0, i1), span(t, j0, j1),
+                                 block_view(out, i0, i1, j0, j1), alpha=alpha, beta=beta,
+                                 C0=block_view(C0, i0, i1, j0, j1))
     finally:
         # The workspace is freed on the caller's stream: it waits for both streams
         # (also when the product is abandoned with GEMMs still queued).

@@ -37,8 +37,8 @@ from ..spec import tiling
 from ..spec.moduli import MAX_MODULI, MODULI
 from . import (certificate, crt, modgemm, modprod, overlap, residues, scaling, symmetric,
                tuning)
-from ._common import (KPAD, REAL_TABLE, Workspace, free_device_bytes, one_memory_query,
-                      round_up, span)
+from ._common import (KPAD, REAL_TABLE, Workspace, block_view, free_device_bytes,
+                      one_memory_query, round_up, span)
 from .errors import CudaEngineError, WorkspaceTooSmall
 from .scaling import BoundMatrix
 
@@ -444,12 +444,10 @@ def integer_product_into(prep: Prepared, n_moduli, s, t, out, *, alpha=1.0, beta
         # passes run beside the GEMMs (overlap.py; the same kernels on the same inputs;
         # the caller's stream waits for each tile before the next reuses the planes).
         for (i0, i1, j0, j1) in _tile_list(m, n, tm, tn):
-            whole = (i0, i1, j0, j1) == (0, m, 0, n)
             overlap.product_into(
                 span(A, i0, i1), span(Bt, j0, j1), S, span(s, i0, i1), span(t, j0, j1),
-                RA, RB, C, out if whole else out[i0:i1, j0:j1], N, kpad, block,
-                alpha=alpha, beta=beta,
-                C0=C0 if C0 is None or whole else C0[i0:i1, j0:j1],
+                RA, RB, C, block_view(out, i0, i1, j0, j1), N, kpad, block,
+                alpha=alpha, beta=beta, C0=block_view(C0, i0, i1, j0, j1),
                 before_output=before_output)
             before_output = None
         del buf, v, RA, RB, C
@@ -481,10 +479,9 @@ def integer_product_into(prep: Prepared, n_moduli, s, t, out, *, alpha=1.0, beta
             before_output = None
         with ph("crt"):
             dest = (tile[:i1 - i0, :j1 - j0] if host_out else
-                    out if (i0, i1, j0, j1) == (0, m, 0, n) else out[i0:i1, j0:j1])
+                    block_view(out, i0, i1, j0, j1))
             crt.crt_into(C, N, i1 - i0, j1 - j0, span(s, i0, i1), span(t, j0, j1), dest,
-                         alpha=alpha, beta=beta,
-                         C0=None if C0 is None else C0[i0:i1, j0:j1])
+                         alpha=alpha, beta=beta, C0=block_view(C0, i0, i1, j0, j1))
             if host_out:
                 out[i0:i1, j0:j1] = dest.get()
         done = getattr(ph, "tile_done", None)  # the host path downloads it meanwhile
