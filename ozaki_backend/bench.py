@@ -34,7 +34,9 @@ strategies. The machine and commit fields come from :mod:`ozaki_backend.provenan
 ``--host`` runs the host-path benchmark instead (:mod:`ozaki_backend.bench_host`:
 NumPy operands through every entry point inside ``enabled()``, next to plain NumPy).
 
-Times are medians of ``--reps`` runs after one warm-up (CUDA events for device work,
+Times are medians of ``--reps`` runs after one warm-up (:data:`WARMUP_CALLS` for the
+emulated product on device operands: the steady state of a loop over one shape, the
+prepare stage replayed as a CUDA graph; CUDA events for device work,
 wall clock for NumPy in/out; :mod:`ozaki_backend.provenance`'s timers); TFLOPS =
 2 m n k / time.
 """
@@ -80,6 +82,8 @@ def _checked_shapes(text):
 
 
 DEFAULT_MODULI = (12, 14, 15, 16, 17)
+#: Calls of an emulated configuration before it is timed (see _bench_shape).
+WARMUP_CALLS = 3
 
 
 def _parse(argv):
@@ -203,7 +207,15 @@ def _bench_shape(cp, m, k, n, args, log):
         # names the config, and each phi's count is kept with its error.
         N = plan.moduli_for(A, B)   # one pass over the operands on the device
         label = label.replace("{N}", str(N))
-        t = median_device_time(lambda: plan.matmul(A, B, out=C), args.reps)
+        # Three warm-up calls reach the steady state of a loop over one shape: the
+        # first reads the count, the second starts from it, the third captures the
+        # prepare stage's graph (cuda/graphs.py) that later calls replay.
+        from .cuda import graphs
+
+        replayed = graphs.COUNTS["replayed"]
+        t = median_device_time(lambda: plan.matmul(A, B, out=C), args.reps,
+                               warmup=WARMUP_CALLS)
+        replayed = graphs.COUNTS["replayed"] - replayed
         errs, used = {}, {}
         for phi, (Ap, Bp) in data.items():
             Ce = plan.matmul(Ap, Bp)
@@ -220,7 +232,7 @@ def _bench_shape(cp, m, k, n, args, log):
             "label": label, "mode": plan.mode, "moduli": N,
             "moduli_by_phi": used, "rule": plan.rule,
             "seconds": t, "tflops": flops / t / 1e12, "speedup": t_nat / t,
-            "max_rel_err": errs, "phases_s": phases,
+            "max_rel_err": errs, "phases_s": phases, "graph_replays": replayed,
             "gemm_strategy": gemm_strategy(m, n), "gemm_path": path[0],
             "gemm_path_reason": path[2]})
         log(f"  {label:24s} {t * 1e3:9.2f} ms  {flops / t / 1e12:6.1f} TFLOPS "
@@ -385,7 +397,7 @@ def to_records(report, *, reps=3, err_rows=32):
                         "seconds": e["seconds"], "repeats": reps, "io": "device",
                         "tflops": e["tflops"], "speedup": e["speedup"], "label": label,
                         "phases_s": e["phases_s"], "gemm_strategy": e.get("gemm_strategy"),
-                        "rule": e.get("rule")})
+                        "graph_replays": e.get("graph_replays"), "rule": e.get("rule")})
             acc("ozaki_backend", e["max_rel_err"], **ident, label=label)
         fp64 = next((e for e in r["emulated"]
                      if e["mode"] == "accurate" and e["label"].endswith("(fp64)")), None)

@@ -134,12 +134,13 @@ def commit(paths=CODE_PATHS):
 
 # ----------------------------------------------------------------------------- timers
 
-def median_device_time(fn, reps):
-    """Median seconds of ``reps`` calls of ``fn`` after one warm-up, by CUDA events on
-    the current stream (CuPy)."""
+def median_device_time(fn, reps, warmup=1):
+    """Median seconds of ``reps`` calls of ``fn`` after ``warmup`` calls, by CUDA
+    events on the current stream (CuPy)."""
     import cupy as cp
 
-    fn()
+    for _ in range(warmup):
+        fn()
     cp.cuda.Device().synchronize()
     ts = []
     for _ in range(reps):

@@ -32,6 +32,9 @@
 #               overlapped schedule for each SM count left free (OVERLAP_ARGS, e.g.
 #               '--sms 0,8,16,24 --blocks 0,2048'), bits against the plain tile loop,
 #               next to DGEMM; $OUT/overlap.log, $OUT/overlap.json; OVERLAP_TIMEOUT
+#   --host-overhead SHAPES  also scripts/host_overhead.py SHAPES (space-separated m,k,n
+#               or n; issue 18): the host's time per call of a device product, the
+#               prepare stage replayed as a CUDA graph and not; $OUT/host-overhead.log
 #   --dask      also scripts/dask_gpu.py (issue 15: one GPU worker; DASK_ARGS adds its
 #               options), logged to $OUT/dask_gpu.log, JSON in $OUT/dask_gpu.json.
 #               Needs the dask wheels: carry .whl_dask (installed like .whl)
@@ -46,7 +49,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
 run_tests=1 run_bench=1 run_tune=0 run_san=0 run_g8=0 run_dask=0 run_host=0 kexpr=() ws_parts=""
-prof_sizes="" ov_shapes=""
+prof_sizes="" ov_shapes="" ho_shapes=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests-only) run_bench=0; shift ;;
@@ -59,6 +62,7 @@ while [ $# -gt 0 ]; do
     --dask) run_dask=1; shift ;;
     --profile) prof_sizes="$2"; run_tests=0; run_bench=0; shift 2 ;;
     --overlap) ov_shapes="$2"; run_tests=0; run_bench=0; shift 2 ;;
+    --host-overhead) ho_shapes="$2"; shift 2 ;;
     -k) kexpr=(-k "$2"); shift 2 ;;
     *) break ;;
   esac
@@ -103,6 +107,12 @@ if [ -n "$ov_shapes" ]; then
   # shellcheck disable=SC2086
   timeout "${OVERLAP_TIMEOUT:-300}" python3 scripts/overlap_sweep.py --shapes "$ov_shapes" \
     --json "$OUT/overlap.json" ${OVERLAP_ARGS:-} >"$OUT/overlap.log" 2>&1 || rc_ov=1
+fi
+rc_ho=0
+if [ -n "$ho_shapes" ]; then
+  # shellcheck disable=SC2086
+  timeout "${HOST_OVERHEAD_TIMEOUT:-200}" python3 scripts/host_overhead.py $ho_shapes \
+    >"$OUT/host-overhead.log" 2>&1 || rc_ho=1
 fi
 if [ $run_host = 1 ]; then
   export OZAKI_BACKEND_RATES="$OUT/host_rates.json"
@@ -191,6 +201,9 @@ if [ -n "$ws_parts" ]; then
     echo "==== workspace_symmetric.py $part (workspace-$part.log)"
     grep -v '^{' "$OUT/workspace-$part.log" | tail -n 25
   done
+fi
+if [ -n "$ho_shapes" ]; then
+  echo "==== host time per call (host-overhead.log), rc=$rc_ho"; tail -n 20 "$OUT/host-overhead.log"
 fi
 if [ -n "$ov_shapes" ]; then
   echo "==== overlapped schedule (overlap.log), rc=$rc_ov"; tail -n 60 "$OUT/overlap.log"

@@ -128,6 +128,14 @@ def lam1(n_moduli: int, table: CountTable = REAL_TABLE) -> int:
     return eh - ex - (1 if mx > mh else 0)
 
 
+def not_capturing(what: str):
+    """Raise when the current stream is being captured into a CUDA graph
+    (:mod:`.graphs`): ``what`` (a device table cached for every later product) would be
+    filled only when the graph runs. The capture then fails and the call runs eagerly."""
+    if cupy.cuda.get_current_stream().is_capturing():
+        raise RuntimeError(f"{what} made during a CUDA graph capture")
+
+
 def blocks(total: int, per_block: int = 256, cap: int = 1 << 20) -> int:
     """1-D grid size for a grid-stride loop over ``total`` items."""
     return max(1, min(cap, -(-total // per_block)))

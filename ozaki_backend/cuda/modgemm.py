@@ -23,7 +23,9 @@ Every variant gives the same bits (exact integer products).
 
 from __future__ import annotations
 
+import ctypes
 import os
+from functools import lru_cache
 
 import cupy
 import numpy as np
@@ -74,6 +76,69 @@ def gemm_strategy(rows: int, cols: int) -> str:
     return "batched" if rows * cols <= 2048 * 2048 else "loop"
 
 
+def libcublas():
+    """The libcublas CuPy loaded, through ctypes (for what CuPy does not wrap or does
+    not allow), or None (not loaded yet: asked again next time). Found by its path in
+    this process's maps so that handles are shared with CuPy's copy."""
+    global _LIBCUBLAS
+    if _LIBCUBLAS is None:
+        _LIBCUBLAS = _find_libcublas()
+    return _LIBCUBLAS
+
+
+_LIBCUBLAS = None
+
+
+def _find_libcublas():
+    try:
+        with open("/proc/self/maps") as f:
+            path = next((name for name in (line.rsplit(None, 1)[-1] for line in f)
+                         if "/libcublas.so" in name), None)
+    except OSError:
+        return None
+    if path is None:
+        return None
+    try:
+        return ctypes.CDLL(path)
+    except OSError:
+        return None
+
+
+@lru_cache(maxsize=None)
+def _raw_gemm():
+    """``(cublasGemmEx, cublasSetStream_v2, cublasGetStream_v2)`` through ctypes."""
+    lib = libcublas()
+    if lib is None:
+        raise NotImplementedError("libcublas is not loaded: no GEMM in a graph capture")
+    vp, i = ctypes.c_void_p, ctypes.c_int
+    gemm = lib.cublasGemmEx
+    gemm.argtypes = [vp, i, i, i, i, i, vp, vp, i, i, vp, i, i, vp, vp, i, i, i, i]
+    set_stream, get_stream = lib.cublasSetStream_v2, lib.cublasGetStream_v2
+    set_stream.argtypes = [vp, vp]
+    get_stream.argtypes = [vp, ctypes.POINTER(vp)]
+    gemm.restype = set_stream.restype = get_stream.restype = ctypes.c_int
+    return gemm, set_stream, get_stream
+
+
+def _gemm_in_capture(h, stream, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C,
+                     ldc):
+    """One INT8 ``cublasGemmEx`` on ``stream`` while it is captured into a CUDA graph
+    (:mod:`.graphs`): cuBLAS records it, but CuPy's wrapper refuses any call during a
+    capture. The handle's stream is restored afterwards, since CuPy may not set it
+    again before its next call."""
+    gemm, set_stream, get_stream = _raw_gemm()
+    old = ctypes.c_void_p()
+    if get_stream(h, ctypes.byref(old)) != 0 or set_stream(h, stream.ptr) != 0:
+        raise RuntimeError("cublasSetStream failed during a graph capture")
+    try:
+        status = gemm(h, transa, transb, m, n, k, alpha, B, _R_8I, ldb, A, _R_8I, lda,
+                      beta, C, _R_32I, ldc, _COMPUTE_32I, _ALGO)
+    finally:
+        set_stream(h, old)
+    if status != 0:
+        raise RuntimeError(f"cublasGemmEx failed during a graph capture (status {status})")
+
+
 def handle():
     """This thread's cuBLAS handle, in host pointer mode (alpha/beta live on the host)."""
     h = cupy.cuda.device.get_cublas_handle()
@@ -94,6 +159,11 @@ def gemm_tn(RA_ptr, RB_ptr, C_ptr, rows, cols, kc, lda, ldb, ldc, *, accumulate=
     beta = (_ONE if accumulate else _ZERO).ctypes.data
     alpha = _ONE.ctypes.data
     if batch == 1:
+        stream = cupy.cuda.get_current_stream()
+        if stream.is_capturing():
+            _gemm_in_capture(h, stream, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, cols, rows,
+                             kc, alpha, RA_ptr, lda, RB_ptr, ldb, beta, C_ptr, ldc)
+            return
         cublas.gemmEx(h, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, cols, rows, kc,
                       alpha, RB_ptr, _R_8I, ldb, RA_ptr, _R_8I, lda,
                       beta, C_ptr, _R_32I, ldc, _COMPUTE_32I, _ALGO)

@@ -83,26 +83,15 @@ def block_for(m: int, n: int):
 
 @lru_cache(maxsize=None)
 def _cublas_sm_target():
-    """``(set, get)`` of ``cublasSetSmCountTarget`` in the libcublas CuPy loaded, or
-    None (not loaded yet or too old: then nothing is overlapped). CuPy does not wrap
-    them; the library is found by its path in this process's maps so that the handle
-    belongs to the same copy."""
-    path = None
-    try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                name = line.rsplit(None, 1)[-1]
-                if "/libcublas.so" in name:
-                    path = name
-                    break
-    except OSError:
-        return None
-    if path is None:
+    """``(set, get)`` of ``cublasSetSmCountTarget`` in the libcublas CuPy loaded
+    (:func:`.modgemm.libcublas`), or None (not loaded yet or too old: then nothing is
+    overlapped). CuPy does not wrap them."""
+    lib = modgemm.libcublas()
+    if lib is None:
         return None
     try:
-        lib = ctypes.CDLL(path)
         set_, get = lib.cublasSetSmCountTarget, lib.cublasGetSmCountTarget
-    except (OSError, AttributeError):
+    except AttributeError:
         return None
     set_.argtypes = [ctypes.c_void_p, ctypes.c_int]
     get.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]

@@ -35,8 +35,8 @@ from ..semantics import apply_alpha_beta, transpose_pair
 from ..spec import certificate as spec
 from ..spec import tiling
 from ..spec.moduli import MAX_MODULI, MODULI
-from . import (certificate, crt, modgemm, modprod, overlap, residues, scaling, symmetric,
-               tuning)
+from . import (certificate, crt, graphs, modgemm, modprod, overlap, residues, scaling,
+               symmetric, tuning)
 from ._common import (KPAD, REAL_TABLE, Workspace, block_view, free_device_bytes,
                       one_memory_query, round_up, span)
 from .errors import CudaEngineError, WorkspaceTooSmall
@@ -246,6 +246,10 @@ class Prepared:
     :meth:`of_sides` takes the complex scheme's, whose statistics it computes itself.
     """
 
+    #: The bound GEMM's buffers belong to a replayed graph (:mod:`.graphs`), which
+    #: writes them on every replay: :meth:`release` keeps them.
+    keep_bound = False
+
     def __init__(self, A, B, mode, ph=None, certify=True, sym=False, Bt=None, block=None,
                  fixed=None, near=None):
         ph = ph or _nothing
@@ -334,8 +338,10 @@ class Prepared:
         return scaling.shifts_for(self.a, n_moduli), scaling.shifts_for(self.b, n_moduli)
 
     def release(self):
-        """Free the bound GEMM's workspace (it is recomputed if needed again)."""
-        self.bm = None
+        """Free the bound GEMM's workspace (it is recomputed if needed again); kept when
+        a replayed graph owns it (``keep_bound``)."""
+        if not self.keep_bound:
+            self.bm = None
 
     @classmethod
     def of_sides(cls, a, b, S, k, mode, st, btiles, bm, fresh_bound, table, fixed=None):
@@ -593,6 +599,7 @@ def with_retries(attempt, phases=None, in_place=False):
                     break
                 if in_place:
                     raise CudaEngineError(f"{reason} while updating C in place") from exc
+                graphs.clear()          # the replayed plans' buffers too
                 pool.free_all_blocks()
                 _local.retry_budget = workspace_budget() // 2
         return False, reason
@@ -645,15 +652,37 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
     read = plan.adaptive or check_finite
     fixed = None if plan.adaptive else plan.n_moduli
     key = (m, n, k, plan.mode)
-    prep = Prepared(A, B, plan.mode, ph, certify=read or bound is not None, sym=sym,
-                    fixed=fixed, near=_last_count(key) if plan.adaptive else None)
-    # The certificate's count (and the Inf/NaN flag): read back when the count decides
-    # the product or the caller asks for the flag (the engine always does) — the one
-    # synchronisation of the usual path. A fixed count computed without the read (the
-    # benchmarks) records no certificate outcome.
-    with ph("scaling"):
-        st = prep.status(read, fixed=fixed)
+    near = _last_count(key) if plan.adaptive else None
+    # Stages 0-2 replayed as a CUDA graph where the host's launches bound the call
+    # (graphs.py): only on the path that starts with a guessed count.
+    replayed = gkey = None
+    early = _early_guess(plan, key, bound, sym, phases) if read else None
+    if early is not None and graphs.eligible(A, B):
+        gkey = graphs.key_of(A, B, plan.mode, fixed, near, early)
+
+        def build(As, Bs):
+            p = Prepared(As, Bs, plan.mode, certify=True, fixed=fixed, near=near)
+            p.status(True, fixed=fixed)
+            return p, p.window, p.shifts(early)
+
+        replayed = graphs.replay(gkey, A, B, build)
+    if replayed is not None:
+        prep, window, (s, t) = replayed
+        prep.keep_bound = True          # the graph writes its bound GEMM every replay
+        st = prep.st
+    else:
+        prep = Prepared(A, B, plan.mode, ph, certify=read or bound is not None, sym=sym,
+                        fixed=fixed, near=near)
+        # The certificate's count (and the Inf/NaN flag): read back when the count
+        # decides the product or the caller asks for the flag (the engine always does)
+        # — the one synchronisation of the usual path. A fixed count computed without
+        # the read (the benchmarks) records no certificate outcome.
+        with ph("scaling"):
+            st = prep.status(read, fixed=fixed)
     guess = _guess(plan, key, prep, bound) if read else None
+    if replayed is not None and guess != early:
+        _leave_graph(gkey, prep)        # the budget changed: go on eagerly
+        replayed = None
     if guess is not None:
         # Deferred read-back: the product starts with the count this shape had last
         # time (a fixed plan's count), the status travels back meanwhile, and the count
@@ -670,16 +699,21 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
             read_back.append(got)
             prep.release()
 
-        s, t = prep.shifts(guess)
+        if replayed is None:
+            s, t = prep.shifts(guess)
         try:
             integer_product_into(prep, guess, s, t, out, alpha=alpha, beta=beta, C0=C0,
                                  ph=ph, strategy=strategy, before_output=check)
         except _WrongGuess as wrong:
+            if replayed is not None:
+                _leave_graph(gkey, prep)
             GUESSES["wrong"] += 1
             got = wrong.got
             if plan.adaptive and got is not None:
                 _remember(key, got[2], guessed=guess)
         else:
+            if replayed is not None and prep.window is not window:
+                _leave_graph(gkey, prep)    # the check widened the plan's window
             GUESSES["right"] += 1
             if plan.adaptive:
                 _remember(key, guess, guessed=guess)
@@ -790,6 +824,28 @@ GUESSES = {"right": 0, "wrong": 0}
 #: A shape whose guessed count was wrong this many times in a row is computed with the
 #: count read first, until it shows the same count twice in a row again.
 GUESS_MISSES = 2
+
+
+def _early_guess(plan, key, bound, sym, phases):
+    """The count :func:`_guess` will start the product with, as far as it can be told
+    before the operands are prepared (None: the product reads its count first). The
+    graph of stages 0-2 is captured for it (phases timed stage by stage: never)."""
+    if bound is not None or sym or phases is not None:
+        return None
+    if getattr(_local, "retry_budget", None) is not None:
+        return None
+    if not plan.adaptive:
+        return plan.n_moduli
+    seen = _seen(key)
+    return None if seen is None or seen[1] >= GUESS_MISSES else seen[0]
+
+
+def _leave_graph(gkey, prep):
+    """The call left the ordinary path with a replayed ``prep`` (another count, a
+    widened window, a smaller budget): drop the plan; this call goes on with ``prep``
+    eagerly."""
+    graphs.drop(gkey)
+    prep.keep_bound = False
 
 
 def _guess(plan, key, prep, bound):

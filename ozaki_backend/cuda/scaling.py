@@ -33,7 +33,7 @@ from ..spec.rules import BOUND_KMAX, fast_quant_bits
 from ..spec.tiling import mirrored_blocks, symmetric_tiles
 from . import loader
 from ._common import (INT_MAX, INT_MIN, KPAD, LDC_PAD, REAL_TABLE, CountTable, as_rows,
-                      blocks, from_row, h_params, lam1, round_up, span)
+                      blocks, from_row, h_params, lam1, not_capturing, round_up, span)
 from .modgemm import gemm_tn
 
 #: Reduction length per block of the row reductions (kernels/scaling.cu OZ_KR).
@@ -66,6 +66,7 @@ def count_tables(table: CountTable = REAL_TABLE):
     key = (cupy.cuda.Device().id, table.name)
     t = _tables.get(key)
     if t is None:
+        not_capturing("the count table")
         eh, fh, empty = [], [], []
         for N in table.counts:
             e, f = h_params(N, table)
@@ -427,6 +428,7 @@ def _window_counts(counts):
     key = (cupy.cuda.Device().id, counts)
     t = _tables.get(key)
     if t is None:
+        not_capturing("a window's counts")
         t = _tables[key] = cupy.asarray(np.array(counts, dtype=np.int32))
     return t
 

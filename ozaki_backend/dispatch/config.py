@@ -80,6 +80,10 @@ EXTRA_VARS = {
                                    "and CRT passes beside them (0: no overlap)",
     "OZAKI_BACKEND_CUDA_OVERLAP_BLOCK": "CUDA engine: output block of the overlapped "
                                         "schedule (0: no overlap)",
+    "OZAKI_BACKEND_CUDA_GRAPHS": "CUDA engine: 0 turns off the replay of the prepare "
+                                 "stage as a CUDA graph",
+    "OZAKI_BACKEND_CUDA_GRAPH_MAX": "CUDA engine: largest operands (m k + k n elements) "
+                                    "whose prepare stage is replayed as a CUDA graph",
     "OZAKI_BACKEND_CUDA_BK": "CUDA engine: k tile of the fused kernel",
     "OZAKI_BACKEND_CUDA_CLUSTER": "CUDA engine: cluster size of the fused kernel",
     "OZAKI_BACKEND_PHASE22_ROWS": "CUDA engine: row block of the phase22 scheme",

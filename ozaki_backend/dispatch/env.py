@@ -181,6 +181,8 @@ _CUDA_CHECKS = {
     "OZAKI_BACKEND_CUDA_ROWBLOCK": (str.isdigit, "an integer >= 0"),
     "OZAKI_BACKEND_CUDA_SIDE_SMS": (str.isdigit, "an integer >= 0"),
     "OZAKI_BACKEND_CUDA_OVERLAP_BLOCK": (str.isdigit, "an integer >= 0"),
+    "OZAKI_BACKEND_CUDA_GRAPHS": (lambda v: v in ("0", "1"), "0 or 1"),
+    "OZAKI_BACKEND_CUDA_GRAPH_MAX": (str.isdigit, "an integer >= 0"),
     "OZAKI_BACKEND_CUDA_BK": (str.isdigit, "an integer >= 0"),
     "OZAKI_BACKEND_CUDA_CLUSTER": (str.isdigit, "an integer >= 0"),
     "OZAKI_BACKEND_PHASE22_ROWS": (str.isdigit, "an integer >= 0"),
