@@ -120,15 +120,19 @@ __device__ __forceinline__ u32 oz_alpha_down(double x, int E) {
 // with 16 threads per row and 4 columns each, so that a half warp holds one row:
 // quantise(tile_row, tile_col, E_row, live) packs the thread's 4 bytes (its own captured
 // words) and returns their alpha sum; the half warp's sums meet by shuffles, then
-// store(offset) writes the words at the element offset row * kpad + col and one lane adds
-// the row's sum to SA (zero on entry). Threads past the last row or kpad only shuffle.
+// store(offset) writes the words at the element offset row * kpad + col, and the row's
+// sum is added to acc[i] (the thread's i-th row, i < OZ_QROWS) when acc is given, else
+// one lane adds it to SA (zero on entry). Threads past the last row or kpad only shuffle.
+#define OZ_QROWS (OZ_TR / 16)   // rows of a tile per thread
 template <class Quantise, class Store>
 __device__ __forceinline__ void oz_quantize_rows(int row0, int col0, int rows, int kpad,
                                                  const int *__restrict__ E,
                                                  int *__restrict__ SA, Quantise quantise,
-                                                 Store store) {
+                                                 Store store, int *acc = nullptr) {
     int q = threadIdx.x & 15;
-    for (int rr = threadIdx.x >> 4; rr < OZ_TR; rr += 16) {
+#pragma unroll
+    for (int i = 0; i < OZ_QROWS; ++i) {
+        int rr = (threadIdx.x >> 4) + 16 * i;
         int gr = row0 + rr;
         int c = col0 + 4 * q;
         bool live = gr < rows && c < kpad;
@@ -136,7 +140,10 @@ __device__ __forceinline__ void oz_quantize_rows(int row0, int col0, int rows, i
         for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
         if (!live) continue;
         store((long long)gr * kpad + c);
-        if (q == 0 && sum) atomicAdd(SA + gr, sum);
+        if (acc)
+            acc[i] += sum;
+        else if (q == 0 && sum)
+            atomicAdd(SA + gr, sum);
     }
 }
 

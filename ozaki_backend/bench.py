@@ -83,7 +83,7 @@ def _checked_shapes(text):
 
 DEFAULT_MODULI = (12, 14, 15, 16, 17)
 #: Calls of an emulated configuration before it is timed (see _bench_shape).
-WARMUP_CALLS = 3
+WARMUP_CALLS = 5
 
 
 def _parse(argv):
@@ -207,9 +207,11 @@ def _bench_shape(cp, m, k, n, args, log):
         # names the config, and each phi's count is kept with its error.
         N = plan.moduli_for(A, B)   # one pass over the operands on the device
         label = label.replace("{N}", str(N))
-        # Three warm-up calls reach the steady state of a loop over one shape: the
-        # first reads the count, the second starts from it, the third captures the
-        # prepare stage's graph (cuda/graphs.py) that later calls replay.
+        # Five warm-up calls reach the steady state of a loop over one shape's fixed
+        # buffers: the first reads the count, the second starts from it, the third
+        # captures the prepare stage's graph (cuda/graphs.py) on copies of the
+        # operands, the fourth replays it and the fifth captures the direct plan (the
+        # same buffers again) that the timed calls replay.
         from .cuda import graphs
 
         replayed = graphs.COUNTS["replayed"]

@@ -5,8 +5,11 @@ the kept bits, the certificate's count, the shifts) take the host longer to laun
 through CuPy (about 1 ms) than the GPU takes to run them (about 0.75 ms), so the GPU
 waits for the host (``docs/performance.md``). Here the stage is captured once per shape
 into a CUDA graph and then replayed on the caller's stream: two copies bring the
-operands into the plan's own buffers, one graph launch does the rest. The graph runs the
-eager path's kernels on the same values, so the bits are the eager path's.
+operands into the plan's own buffers (a staged plan), one graph launch does the rest.
+When the same operands (addresses and strides) come twice in a row — a loop over fixed
+buffers — a direct plan reads them in place and the copies go too; it holds the
+operands, so their addresses cannot pass to other arrays while it lives. The graph runs
+the eager path's kernels on the same values, so the bits are the eager path's.
 
 A plan owns its memory: every allocation made while it is captured is held until the
 plan is dropped, so nothing the graph writes can be handed to anyone else meanwhile.
@@ -36,9 +39,10 @@ import numpy as np
 #: GPU's work outlasts the host's launches and the copies would only add traffic.
 #: ``OZAKI_BACKEND_CUDA_GRAPH_MAX`` overrides it (0: no replay).
 MAX_ELEMENTS = 3 * 4096 * 4096
-#: Plans kept per thread (least recently used dropped first).
-MAX_PLANS = 4
-#: The plans of one thread hold at most this fraction of the device's memory.
+#: Plans kept per thread, staged and direct (least recently used dropped first).
+MAX_PLANS = 6
+#: The plans of one thread hold at most this fraction of the device's memory (a direct
+#: plan's operands included).
 MEMORY_FRACTION = 1 / 16
 #: Captures tried per key before its calls stay eager.
 CAPTURE_TRIES = 2
@@ -81,12 +85,14 @@ def key_of(A, B, *extra):
 
 
 class _Plan:
-    __slots__ = ("key", "graph", "value", "A", "B", "held", "nbytes")
+    __slots__ = ("key", "graph", "value", "A", "B", "staged", "held", "nbytes",
+                 "last", "repeats")
 
-    def __init__(self, key, A, B, held):
-        self.key, self.A, self.B, self.held = key, A, B, held
+    def __init__(self, key, A, B, staged, held):
+        self.key, self.A, self.B, self.staged, self.held = key, A, B, staged, held
         self.graph = self.value = None
         self.nbytes = 0
+        self.last, self.repeats = None, 0      # the operands' addresses, seen in a row
 
     def stage(self, A, B):
         """Copy this call's operands into the plan's buffers (current stream)."""
@@ -114,47 +120,78 @@ def _capture_stream():
     return s
 
 
-def replay(key, A, B, build):
-    """``build(A_s, B_s)``'s value, its work done on the current stream by replaying
-    the plan of ``key`` (captured on its second call): ``A_s``, ``B_s`` are the plan's copies
-    of ``A``, ``B``, refreshed before every replay. None when the work could not be
-    captured (the caller runs it eagerly; the key is not tried again).
+def _addresses(A, B):
+    return (A.data.ptr, A.strides, B.data.ptr, B.strides)
 
-    The value's device arrays are the plan's: valid until its next replay or
-    :func:`drop`. The caller must not change what they refer to (it drops the plan
-    when it does)."""
+
+def replay(key, A, B, build):
+    """Run ``build``'s work on the current stream by replaying a plan of ``key``:
+    ``(value, plan_key)``, or None when the call should run eagerly.
+
+    ``build(X, Y)`` does the work on operands ``X``, ``Y`` with the values of ``A``,
+    ``B`` and returns the objects it leaves its results in. A staged plan (``key``)
+    runs it on its own copies of the operands, refreshed before every replay; once the
+    same operands (addresses and strides) come twice in a row, a direct plan
+    (``plan_key`` then adds the addresses) runs it on the operands in place and saves
+    the copies. A key's first call runs eagerly (None): it makes whatever the work
+    caches on the way (kernels, device tables: a table made inside a capture would be
+    filled only by the graph), so the capture finds them all. None also after
+    :data:`CAPTURE_TRIES` failed captures of the key.
+
+    The value's device arrays belong to the plan: valid until its next replay or
+    :func:`drop` of ``plan_key``. The caller must not change what they refer to (it
+    drops the plan when it does)."""
     plans = _plans()
+    where = _addresses(A, B)
+    direct = plans.get(key + where)
+    if direct is not None:
+        return _launch(plans, direct)
     plan = plans.get(key)
     if plan is not None:
-        plans.move_to_end(key)
+        plan.repeats = plan.repeats + 1 if plan.last == where else 0
+        plan.last = where
+        if plan.repeats >= 1 and _local.seen.get(key, 0) < CAPTURE_TRIES:
+            direct = _new_plan(plans, key, where, A, B, build)
+            if direct is not None:
+                return direct.value, direct.key
         plan.stage(A, B)
-        plan.graph.launch()
-        COUNTS["replayed"] += 1
-        return plan.value
+        return _launch(plans, plan)
     seen = _local.seen
     if key not in seen:
-        # The first call of a key runs eagerly: it makes whatever the work caches on the
-        # way (kernels, device tables: a table made inside a capture would be filled
-        # only by the graph), so the capture finds them all.
         if len(seen) >= 1024:
             seen.clear()
         seen[key] = 0
         return None
     if seen[key] >= CAPTURE_TRIES:
         return None
-    plan = _capture(key, A, B, build)
+    plan = _new_plan(plans, key, None, A, B, build)
+    return None if plan is None else (plan.value, plan.key)
+
+
+def _launch(plans, plan):
+    plans.move_to_end(plan.key)
+    plan.graph.launch()
+    COUNTS["replayed"] += 1
+    return plan.value, plan.key
+
+
+def _new_plan(plans, key, where, A, B, build):
+    """Capture, keep and launch the plan of ``key`` (staged) or ``key + where`` (direct,
+    reading the operands at the addresses ``where``); None when the capture failed
+    (counted against ``key``)."""
+    plan = _capture(key if where is None else key + where, A, B, build, where is None)
     if plan is None:
-        seen[key] += 1
+        _local.seen[key] = _local.seen.get(key, 0) + 1
         COUNTS["failed"] += 1
         return None
-    plans[key] = plan
+    plans[plan.key] = plan
     COUNTS["captured"] += 1
-    _evict(plans, keep=key)
+    _evict(plans, keep=plan.key)
     plan.graph.launch()
-    return plan.value
+    return plan
 
 
-def _capture(key, A, B, build):
+def _capture(key, A, B, build, staged):
     held = []
     base = cupy.cuda.get_allocator()
 
@@ -165,17 +202,23 @@ def _capture(key, A, B, build):
         held.append(mem)
         return mem
 
-    with cupy.cuda.using_allocator(hold):
-        As = cupy.empty(A.shape, dtype=np.float64, order=_order(A))
-        Bs = cupy.empty(B.shape, dtype=np.float64, order=_order(B))
-    plan = _Plan(key, As, Bs, held)
-    plan.stage(A, B)
+    if staged:
+        with cupy.cuda.using_allocator(hold):
+            X = cupy.empty(A.shape, dtype=np.float64, order=_order(A))
+            Y = cupy.empty(B.shape, dtype=np.float64, order=_order(B))
+    else:
+        # The graph reads the operands where they are: the plan holds them (their
+        # addresses cannot be reused by other arrays while it lives).
+        X, Y = A, B
+    plan = _Plan(key, X, Y, staged, held)
+    if staged:
+        plan.stage(A, B)
     cap = _capture_stream()
     try:
         with cupy.cuda.using_allocator(hold), cap:
             cap.begin_capture()
             try:
-                value = build(As, Bs)
+                value = build(X, Y)
             finally:
                 graph = cap.end_capture()
     except Exception as exc:        # noqa: BLE001 — anything that breaks a capture
@@ -186,7 +229,8 @@ def _capture(key, A, B, build):
         LAST_FAILURE = f"{type(exc).__name__}: {exc}"
         return None
     plan.graph, plan.value = graph, value
-    plan.nbytes = sum(int(m.mem.size) for m in held)
+    plan.nbytes = sum(int(m.mem.size) for m in held) + \
+        (0 if staged else A.nbytes + B.nbytes)
     return plan
 
 
@@ -220,5 +264,7 @@ def clear():
 
 
 def info():
-    """This thread's plans: ``[{"key": ..., "nbytes": ...}, ...]``, oldest first."""
-    return [{"key": p.key, "nbytes": p.nbytes} for p in _plans().values()]
+    """This thread's plans, least recently used first: ``[{"key": ..., "staged": ...,
+    "nbytes": ...}, ...]`` (``staged``: False for a direct plan)."""
+    return [{"key": p.key, "staged": p.staged, "nbytes": p.nbytes}
+            for p in _plans().values()]

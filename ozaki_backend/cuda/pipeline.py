@@ -667,7 +667,7 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
 
         replayed = graphs.replay(gkey, A, B, build)
     if replayed is not None:
-        prep, window, (s, t) = replayed
+        (prep, window, (s, t)), gkey = replayed      # gkey: the plan used
         prep.keep_bound = True          # the graph writes its bound GEMM every replay
         st = prep.st
     else:

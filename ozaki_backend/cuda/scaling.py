@@ -316,10 +316,24 @@ def quantize_down_into(side: Side, S, rows_slice, Q, sums: bool):
         return
     X, rs, cs, rf = as_rows(X)
     SA = span(side.SA, i0, i1) if sums else cupy.empty(rows, dtype=np.int32)
+    kt, rt = -(-kpad // _TK), -(-rows // _TR)
+    tiles = quantize_tiles(kt, rt)
     loader.get_function("scaling.cu", "oz_quantize_down")(
-        (-(-kpad // _TK), -(-rows // _TR)), (256,),
+        (-(-kt // tiles), rt), (256,),
         (X, rs, cs, np.int32(rows), np.int32(cols), rf, S, np.int32(side.ks),
-         np.int32(kpad), span(side.E, i0, i1), Q, SA))
+         np.int32(kpad), span(side.E, i0, i1), Q, SA, np.int32(tiles)))
+
+
+#: oz_quantize_down keeps at least this many blocks (about four waves of resident
+#: blocks on the H200's 132 SMs) before a block walks several tiles along k.
+_QUANTIZE_BLOCKS = 4096
+
+
+def quantize_tiles(kt, rt):
+    """Tiles along k per block of ``oz_quantize_down`` for a grid of ``kt x rt`` tiles:
+    up to 16, so that a block adds its rows' sums once for all of them (one atomic per
+    row and tile was the pass's limit at long k), while the grid stays large."""
+    return max(1, min(16, (kt * rt) // _QUANTIZE_BLOCKS))
 
 
 def bound_tile_into(QA, QB, rows, cols, kpad, P, P32=None):

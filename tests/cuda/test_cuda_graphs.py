@@ -65,14 +65,14 @@ def test_replayed_calls_give_each_calls_reference_bits(moduli, mode, shape, fami
         assert_same_bits(_device_product(A, B, plan), ref_2d(A, B, plan))
     if moduli is not None:      # a fixed count: the guess is always right
         d = _delta(before)
-        assert d["captured"] == 1 and d["replayed"] == 3, d
+        assert d["captured"] >= 1 and d["captured"] + d["replayed"] == 4, d
 
 
 @pytest.mark.parametrize("mode", ["fast", "accurate"])
 def test_fixed_count_plans_replay(mode):
     """A fixed count is always guessed right: the second call is captured, the later
-    ones replay, and the replay reads each call's operands (scaled by 2^300 between
-    calls)."""
+    ones replay, and the replay reads each call's operands (scaled by 2^300 every other
+    call)."""
     m, k, n = 120, 300, 90
     plan = Plan(m, n, k, moduli=14, mode=mode)
     rng = np.random.default_rng(7)
@@ -83,8 +83,10 @@ def test_fixed_count_plans_replay(mode):
             A = np.ldexp(A, 300)
         assert_same_bits(_device_product(A, B, plan), ref_2d(A, B, plan))
     d = _delta(before)
-    assert d["captured"] == 1 and d["replayed"] == 3 and d["failed"] == 0, d
-    assert len(graphs.info()) == 1
+    # Every call after the first ran through a plan (staged, or direct where the memory
+    # pool handed the same addresses again).
+    assert d["captured"] >= 1 and d["captured"] + d["replayed"] == 4, d
+    assert d["failed"] == 0, d
 
 
 def test_strided_fortran_and_transposed_operands():
@@ -104,7 +106,27 @@ def test_strided_fortran_and_transposed_operands():
             A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
             dA, dB = make(A, B)
             assert_same_bits(_device_product(dA, dB, plan), ref_2d(A, B, plan))
-    assert graphs.COUNTS["replayed"] >= 3
+    assert graphs.COUNTS["replayed"] + graphs.COUNTS["captured"] >= 3 * 3
+
+
+def test_fixed_buffers_get_a_direct_plan():
+    """A loop that refills the same device buffers: after a staged plan has seen the
+    same addresses twice in a row, a direct plan reads them in place (no copies) — and
+    still reads each call's values."""
+    m, k, n = 100, 180, 70
+    plan = Plan(m, n, k, moduli=14)
+    rng = np.random.default_rng(4)
+    dA, dB, C = cupy.empty((m, k)), cupy.empty((k, n)), cupy.empty((m, n))
+    before = _counts()
+    for _ in range(6):
+        A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+        dA[...] = cupy.asarray(A)
+        dB[...] = cupy.asarray(B)
+        assert_same_bits(_device_product(dA, dB, plan, out=C), ref_2d(A, B, plan))
+    d = _delta(before)
+    # eager, staged capture, staged replay, direct capture, two direct replays
+    assert (d["captured"], d["replayed"]) == (2, 3), d
+    assert [p["staged"] for p in graphs.info()] == [True, False]
 
 
 def test_alpha_beta_and_output_aliasing_an_operand():

@@ -84,6 +84,27 @@ def test_exponents_with_tiled_bound_matrix():
     assert round_up(k, 16) == 80
 
 
+@pytest.mark.parametrize("blocks", [1, 7])
+@pytest.mark.parametrize("m,k,n", [(37, 1000, 29), (65, 300, 67), (130, 2100, 40)])
+def test_exponents_with_quantisation_tiles_along_k(monkeypatch, blocks, m, k, n):
+    """The bound GEMM's quantisation with several tiles along k per block (the row sums
+    added once per block; chosen for large grids only, forced here): 16 tiles or as
+    many as there are, and a few per block with a ragged last block."""
+    from ozaki_backend.cuda import scaling
+
+    monkeypatch.setattr(scaling, "_QUANTIZE_BLOCKS", blocks)
+    kt, rt = -(-k // 64), -(-m // 32)
+    assert scaling.quantize_tiles(kt, rt) > 1
+    rng = np.random.default_rng(m + k + n)
+    A, B = _data(rng, m, k), _data(rng, k, n)
+    plan = Plan(m, n, k, moduli=15, mode="accurate")
+    s_ref, t_ref = rsc.exponents(A, B, plan)
+    for (_, Av), (_, Bv) in zip(_views(A), _b_views(B)):
+        s, t = scaling.exponents(cupy.asarray(Av), cupy.asarray(Bv), plan)
+        np.testing.assert_array_equal(s.get(), s_ref)
+        np.testing.assert_array_equal(t.get(), t_ref)
+
+
 def test_truncate_matches_reference():
     from ozaki_backend.cuda import scaling
 
