@@ -9,6 +9,7 @@ Printed per call (medians):
   host  — wall - wait: Python, launches and API calls (the overhead);
   gpu   — CUDA events around the call (the device's span of it).
 Usage: python scripts/host_overhead.py [m,k,n ...]   (default 256,256,256 1024 4096)
+HOST_PROFILE=1 adds a cProfile of the first shape (scripts/kernel_timeline.py's).
 """
 
 from __future__ import annotations
@@ -23,10 +24,7 @@ import numpy as np
 import ozaki_backend as ob
 from ozaki_backend.cuda import graphs, pipeline
 
-
-def _shape(spec):
-    v = [int(x) for x in spec.split(",")]
-    return tuple(v) if len(v) == 3 else (v[0],) * 3
+from kernel_timeline import _shape, host_profile      # scripts/ is on sys.path
 
 
 def measure(m, k, n, calls=20):
@@ -82,30 +80,8 @@ def main(argv):
                   f"   ({replays} replays)")
     os.environ.pop("OZAKI_BACKEND_CUDA_GRAPHS", None)
     if os.environ.get("HOST_PROFILE", "0") != "0":
-        profile(*shapes[0])
-
-
-def profile(m, k, n, calls=50):
-    """cProfile of ``calls`` steady-state calls (graphs on): where the host time goes."""
-    import cProfile
-    import pstats
-
-    rng = cupy.random.default_rng(0)
-    A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
-    C = cupy.empty((m, n))
-    for _ in range(4):
-        ob.matmul(A, B, out=C, engine="cuda")
-    cupy.cuda.Device().synchronize()
-    pr = cProfile.Profile()
-    pr.enable()
-    for _ in range(calls):
-        ob.matmul(A, B, out=C, engine="cuda")
-    cupy.cuda.Device().synchronize()
-    pr.disable()
-    print(f"host profile, {m}x{k}x{n}, {calls} calls (per call: divide by {calls})")
-    st = pstats.Stats(pr)
-    st.sort_stats("tottime").print_stats(30)
-    st.sort_stats("cumulative").print_stats(45)
+        # The same cProfile as the kernel timeline's (steady state, graphs on).
+        host_profile(",".join(str(v) for v in shapes[0]))
 
 
 if __name__ == "__main__":

@@ -21,20 +21,11 @@ import numpy as np
 from ozaki_backend.cuda import loader
 from ozaki_backend.cuda._common import as_rows
 from ozaki_backend.cuda.scaling import _reduce_grid, quantize_tiles
+from ozaki_backend.provenance import median_device_time
 
 
-def _ms(fn, reps=5):
-    fn()
-    cupy.cuda.Device().synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = cupy.cuda.Event(), cupy.cuda.Event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(cupy.cuda.get_elapsed_time(a, b))
-    return float(np.median(ts))
+def _ms(fn):
+    return median_device_time(fn, 5) * 1e3
 
 
 def passes(rows, cols, fast):
