@@ -826,10 +826,11 @@ GUESSES = {"right": 0, "wrong": 0}
 GUESS_MISSES = 2
 
 
-def _early_guess(plan, key, bound, sym, phases):
+def _early_guess(plan, key, bound, sym, phases=None):
     """The count :func:`_guess` will start the product with, as far as it can be told
-    before the operands are prepared (None: the product reads its count first). The
-    graph of stages 0-2 is captured for it (phases timed stage by stage: never)."""
+    before the operands are prepared (None: the product reads its count first); the
+    part of its rule that needs no prepared operands. The graph of stages 0-2 is
+    captured for it (``phases`` timed stage by stage: never)."""
     if bound is not None or sym or phases is not None:
         return None
     if getattr(_local, "retry_budget", None) is not None:
@@ -855,17 +856,11 @@ def _guess(plan, key, prep, bound):
     symmetric product (it writes its triangle tile by tile), one bound tile, no
     out-of-memory retry — and when the bound GEMM's workspace (kept until the check)
     fits the budget next to the whole product's."""
-    if bound is not None or prep.sym or prep.bm is None or len(prep.btiles) != 1:
+    if prep.bm is None or len(prep.btiles) != 1:
         return None
-    if getattr(_local, "retry_budget", None) is not None:
+    N = _early_guess(plan, key, bound, prep.sym)
+    if N is None:
         return None
-    if plan.adaptive:
-        seen = _seen(key)
-        if seen is None or seen[1] >= GUESS_MISSES:
-            return None
-        N = seen[0]
-    else:
-        N = plan.n_moduli
     m, n = prep.a.E.shape[0], prep.b.E.shape[0]
     need = _bound_layout(m, n, prep.kpad).nbytes + \
         _product_layout(m, n, prep.kpad, N).nbytes
