@@ -164,13 +164,13 @@ __device__ __forceinline__ void oz_crt_body(
         for (int u = 0; u < OZ_L; ++u) acc[u] = OZ_MH[u];
         oz_static_for<0, OZ_N>([&](auto L) {
             constexpr int l = decltype(L)::value;
-            constexpr u32 P = oz_modulus(l);
-            constexpr u32 bias = (u32)((2147483648ull / P) * P);
-            constexpr u32 c16 = (1u << 16) % P;
             u32 c;
             if constexpr (sizeof(T) == 1) {
                 c = cp[(i64)l * plane];
             } else {
+                constexpr u32 P = oz_modulus(l);
+                constexpr u32 bias = (u32)((2147483648ull / P) * P);
+                constexpr u32 c16 = (1u << 16) % P;
                 u32 u = (u32)cp[(i64)l * plane] + bias;
                 c = (u >> 16) * c16 + (u & 0xffffu);
             }

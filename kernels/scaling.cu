@@ -384,6 +384,10 @@ __device__ __forceinline__ i64 oz_upper(T p, int sa, int na, int sb, int nb) {
 }
 
 // r_i = max_j U_ij over one tile of P (row-major, leading dimension ldp): one warp per row.
+// Each lane issues OZ_UB loads of P (and of the columns' SB, nB) before using any: one
+// load in flight per lane left the pass at ~2 TB/s, latency-bound. An all-zero row (its
+// U is 0 everywhere) reads nothing.
+#define OZ_UB 8
 template <class T>
 __device__ __forceinline__ void oz_u_rowmax(const T *__restrict__ P, i64 ldp, int rows, int cols,
                                             const int *__restrict__ SA, const int *__restrict__ nA,
@@ -395,7 +399,22 @@ __device__ __forceinline__ void oz_u_rowmax(const T *__restrict__ P, i64 ldp, in
     const T *pr = P + (i64)row * ldp;
     int sa = SA[row], na = nA[row];
     i64 m = 0;
-    for (int j = lane; j < cols; j += 32) m = max(m, oz_upper(pr[j], sa, na, SB[j], nB[j]));
+    if (na != 0) {
+        int j = lane;
+        for (; j + 32 * (OZ_UB - 1) < cols; j += 32 * OZ_UB) {
+            T p[OZ_UB];
+            int sb[OZ_UB], nb[OZ_UB];
+#pragma unroll
+            for (int b = 0; b < OZ_UB; ++b) {
+                p[b] = pr[j + 32 * b];
+                sb[b] = SB[j + 32 * b];
+                nb[b] = nB[j + 32 * b];
+            }
+#pragma unroll
+            for (int b = 0; b < OZ_UB; ++b) m = max(m, oz_upper(p[b], sa, na, sb[b], nb[b]));
+        }
+        for (; j < cols; j += 32) m = max(m, oz_upper(pr[j], sa, na, SB[j], nB[j]));
+    }
     for (int off = 16; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
     if (lane == 0 && m > 0) atomicMax((long long *)(rmax + row), (long long)m);
 }
@@ -442,6 +461,11 @@ extern "C" __global__ void oz_sigma_all(const i64 *__restrict__ rmax, int rows,
 // loads and measured 1.4x slower than computing them all): block (32, 8), threadIdx.x
 // walks columns (unit stride), threadIdx.y and the loop walk OZ_PR rows; the 8 partial
 // minima of a column meet in shared memory, one atomic each.
+// The pass is memory-bound: a thread issues OZ_UB loads of P before using any, and a
+// window's kernel first copies its rows' SA, nA and sigma into shared memory, so that
+// the loop's only global loads are P's (one load in flight per thread, each followed by
+// seven dependent broadcast loads, read P at ~0.5 TB/s on the H200). Minima of integers:
+// the order does not change the result.
 #define OZ_PR 512
 #ifndef OZ_NW
 #define OZ_NW 5   // ozaki_backend/spec/certificate.py WINDOW (tests/spec/test_count_search.py)
@@ -454,11 +478,14 @@ __device__ __forceinline__ void oz_u_colmin(const T *__restrict__ P, i64 ldp, in
                                             const int *__restrict__ eh, const u64 *__restrict__ fh,
                                             int *__restrict__ tau, int tcols,
                                             const int *__restrict__ cidx) {
-    __shared__ int best_sh[8][NC][32];
-    int col = blockIdx.x * 32 + threadIdx.x;
-    // A window's few counts keep their H_f parameters in registers; all of them would
-    // take too many (163 registers, 1.3x slower than loading them in the loop).
+    // A window's few counts keep their H_f parameters in registers and their rows'
+    // sigma in shared memory; all of them would take too many (163 registers, 1.3x
+    // slower than loading them in the loop; 39 KB of sigma per block).
     constexpr bool hold = NC <= OZ_NW;
+    constexpr int SR = hold ? OZ_PR : 1;
+    __shared__ int best_sh[8][NC][32];
+    __shared__ int sa_sh[SR], na_sh[SR], sg_sh[hold ? NC : 1][SR];
+    int col = blockIdx.x * 32 + threadIdx.x;
     int best[NC], cc[NC], ec[hold ? NC : 1];
     u64 fc[hold ? NC : 1];
 #pragma unroll
@@ -470,21 +497,45 @@ __device__ __forceinline__ void oz_u_colmin(const T *__restrict__ P, i64 ldp, in
             fc[c] = fh[cc[c]];
         }
     }
-    if (col < cols) {
-        int sb = SB[col], nb = nB[col];
-        int r0 = blockIdx.y * OZ_PR, r1 = min(rows, r0 + OZ_PR);
-        for (int i = r0 + threadIdx.y; i < r1; i += 8) {
-            i64 u = oz_upper(P[(i64)i * ldp + col], SA[i], nA[i], sb, nb);
-            if (u <= 0) continue;
-            u64 b = (u64)__double_as_longlong((double)u);
-            int ex = (int)((b >> 52) & 0x7ff) - 1022;
-            u64 frac = b & OZ_MASK52;
+    int r0 = blockIdx.y * OZ_PR, r1 = min(rows, r0 + OZ_PR);
+    if constexpr (hold) {
+        for (int r = threadIdx.y * 32 + threadIdx.x; r < r1 - r0; r += 256) {
+            sa_sh[r] = SA[r0 + r];
+            na_sh[r] = nA[r0 + r];
 #pragma unroll
-            for (int c = 0; c < NC; ++c) {
-                int e = hold ? ec[hold ? c : 0] : eh[cc[c]];
-                u64 f = hold ? fc[hold ? c : 0] : fh[cc[c]];
-                int lam = e - ex - (frac > f ? 1 : 0);
-                best[c] = min(best[c], lam - sigma[(i64)cc[c] * srows + i]);
+            for (int c = 0; c < NC; ++c) sg_sh[c][r] = sigma[(i64)cc[c] * srows + r0 + r];
+        }
+        __syncthreads();
+    }
+    if (col < cols && nB[col] != 0) {       // a zero column: every U_ij is 0
+        int sb = SB[col], nb = nB[col];
+        for (int i = r0 + threadIdx.y; i < r1; i += 8 * OZ_UB) {
+            T p[OZ_UB];
+#pragma unroll
+            for (int b = 0; b < OZ_UB; ++b) {
+                int r = i + 8 * b;
+                p[b] = r < r1 ? P[(i64)r * ldp + col] : T(0);
+            }
+#pragma unroll
+            for (int b = 0; b < OZ_UB; ++b) {
+                int r = i + 8 * b;
+                if (r >= r1) continue;
+                int sa = hold ? sa_sh[hold ? r - r0 : 0] : SA[r];
+                int na = hold ? na_sh[hold ? r - r0 : 0] : nA[r];
+                i64 u = oz_upper(p[b], sa, na, sb, nb);
+                if (u <= 0) continue;
+                u64 bits = (u64)__double_as_longlong((double)u);
+                int ex = (int)((bits >> 52) & 0x7ff) - 1022;
+                u64 frac = bits & OZ_MASK52;
+#pragma unroll
+                for (int c = 0; c < NC; ++c) {
+                    int e = hold ? ec[hold ? c : 0] : eh[cc[c]];
+                    u64 f = hold ? fc[hold ? c : 0] : fh[cc[c]];
+                    int sg = hold ? sg_sh[hold ? c : 0][hold ? r - r0 : 0]
+                                  : sigma[(i64)cc[c] * srows + r];
+                    int lam = e - ex - (frac > f ? 1 : 0);
+                    best[c] = min(best[c], lam - sg);
+                }
             }
         }
     }
@@ -620,9 +671,27 @@ __device__ __forceinline__ int oz_overlap_len(const int *__restrict__ lo,
 // failing at the largest passes none. lo = 0, hi = OZ_NN - 1: the full search.
 // fa, fb: the c-major factor tables of oz_cert_factors (row strides arows, bcols).
 // Block (32, 8), grid (cols / 32, rows / OZ_CR): a thread owns one column and walks
-// OZ_CR / 8 rows, keeping its column's factors at the guess and the count below it in
-// registers (a warp reads each row's factors once, as a broadcast).
-#define OZ_CR 128
+// OZ_CR / 8 rows. Only the largest count and the elements with none leave the kernel,
+// so an element that passes at the thread's running maximum (cur) cannot change them
+// (the test is monotone in the count: its search would end at or below cur) and takes
+// that one test; the others search as above. The block first copies into shared memory
+// its rows' ranges along k, their q and their factors at the counts lo .. hi, and the
+// factors of its 32 columns at those counts (the first OZ_NW of them: a window's), and
+// a thread issues OZ_UB loads of P before testing any: the loop's only global loads are
+// then P's. The block combines its warps' results before the one read of out and its
+// atomics (every warp of the grid reading the one address took about as long as the
+// pass itself). (A search of three tests per element with its factors read from global
+// memory, one atomic read per warp, 128 rows per block: 0.37 ms at 8192^2 on the H200,
+// ~0.7 TB/s.) ozaki_backend/cuda/certificate.py _CR is OZ_CR.
+#define OZ_CR 256
+
+// oz_passes for the count search's x and cp: both finite and x >= 0 (sums of products
+// of powers of two and integers; cp = c P), where nextafter(x, inf) <= cp is x < cp
+// (cp, a float64 above x, is at least the next float64 after it).
+__device__ __forceinline__ bool oz_passes_finite(double x, double cp) {
+    return x == 0.0 || x < cp;
+}
+
 template <class T>
 __device__ __forceinline__ void oz_cert_counts(const T *__restrict__ P, i64 ldp, int rows,
                                                int cols, const double *__restrict__ fa,
@@ -635,62 +704,97 @@ __device__ __forceinline__ void oz_cert_counts(const T *__restrict__ P, i64 ldp,
                                                const int *__restrict__ hiB,
                                                double inv_div, int guess, int fixed,
                                                int lo, int hi, int *__restrict__ out) {
+    __shared__ int lo_sh[OZ_CR], hi_sh[OZ_CR];
+    __shared__ double qa_sh[OZ_CR], fa_sh[OZ_NW][OZ_CR], fb_sh[OZ_NW][32];
+    __shared__ int red_sh[3][8];
     int col = blockIdx.x * 32 + threadIdx.x;
     int need_max = 0, none = 0, outside = 0;
+    int g = fixed >= 0 ? fixed : min(max(guess, lo), hi);
+    int g1 = g > lo ? g - 1 : g;
+    int nw = min(hi - lo + 1, OZ_NW);       // counts lo .. lo + nw - 1 staged
+    int r0 = blockIdx.y * OZ_CR, r1 = min(rows, r0 + OZ_CR);
+    int tid = threadIdx.y * 32 + threadIdx.x;
+    for (int r = tid; r < r1 - r0; r += 256) {
+        lo_sh[r] = loA[r0 + r];
+        hi_sh[r] = hiA[r0 + r];
+        qa_sh[r] = qa[r0 + r];
+    }
+    for (int e = tid; e < nw * (r1 - r0); e += 256) {
+        int c = e / (r1 - r0), r = e - c * (r1 - r0);
+        fa_sh[c][r] = fa[(i64)(lo + c) * arows + r0 + r];
+    }
+    if (col < cols)
+        for (int c = threadIdx.y; c < nw; c += 8) fb_sh[c][threadIdx.x] = fb[(i64)(lo + c) * bcols + col];
+    __syncthreads();
     if (col < cols) {
-        int g = fixed >= 0 ? fixed : min(max(guess, lo), hi);
-        int g1 = g > lo ? g - 1 : g;
         double qbj = qb[col];
-        double fbg = fb[(i64)g * bcols + col], fbg1 = fb[(i64)g1 * bcols + col];
         int lob = loB[col], hib = hiB[col];
-        int r0 = blockIdx.y * OZ_CR, r1 = min(rows, r0 + OZ_CR);
         // The factor depends on the overlap length only, which is k itself for dense
         // operands: computed again only when the length changes (its isqrt is most of
         // an element's arithmetic).
         int last_ke = -1;
         double cf = 0.0;
-        for (int row = r0 + threadIdx.y; row < r1; row += 8) {
-            int need;
-            int ke = min(hiA[row], hib) - max(loA[row], lob) + 1;
-            if (ke <= 0) {
-                need = OZ_NLO;                      // no overlap: exact at every count
-            } else {
-                if (ke != last_ke) {
-                    cf = oz_cert_factor(ke, inv_div);
-                    last_ke = ke;
-                }
-                double cp = __dmul_rn(cf, (double)P[(i64)row * ldp + col]);
-                double qai = qa[row];
-                auto test = [&](int c, double fbc) {
-                    double x = __dadd_rn(__dmul_rn(fa[(i64)c * arows + row], qbj),
-                                         __dmul_rn(qai, fbc));
-                    return oz_passes(x, cp);
-                };
-                if (fixed >= 0) {
-                    need = test(g, fbg) ? OZ_NLO + g : 0;
-                } else if (test(g, fbg)) {
-                    int c = g;
-                    if (c > lo && test(g1, fbg1)) {
-                        c = g1;
-                        while (c > lo && test(c - 1, fb[(i64)(c - 1) * bcols + col])) --c;
-                    }
-                    need = OZ_NLO + c;
-                } else {
-                    int c = g + 1;
-                    while (c <= hi && !test(c, fb[(i64)c * bcols + col])) ++c;
-                    if (c <= hi) {
-                        need = OZ_NLO + c;
-                    } else if (hi == OZ_NN - 1) {
-                        need = 0;
-                    } else {
-                        constexpr int top = OZ_NN - 1;
-                        need = 0;
-                        outside = test(top, fb[(i64)top * bcols + col]);
-                    }
-                }
+        for (int i = r0 + threadIdx.y; i < r1; i += 8 * OZ_UB) {
+            T p[OZ_UB];
+#pragma unroll
+            for (int b = 0; b < OZ_UB; ++b) {
+                int r = i + 8 * b;
+                p[b] = r < r1 ? P[(i64)r * ldp + col] : T(0);
             }
-            need_max = max(need_max, need);
-            none += need == 0 && !outside;
+#pragma unroll
+            for (int b = 0; b < OZ_UB; ++b) {
+                int row = i + 8 * b;
+                if (row >= r1) continue;
+                int rl = row - r0;
+                int need;
+                int ke = min(hi_sh[rl], hib) - max(lo_sh[rl], lob) + 1;
+                if (ke <= 0) {
+                    need = OZ_NLO;                      // no overlap: exact at every count
+                } else {
+                    if (ke != last_ke) {
+                        cf = oz_cert_factor(ke, inv_div);
+                        last_ke = ke;
+                    }
+                    double cp = __dmul_rn(cf, (double)p[b]);
+                    double qai = qa_sh[rl];
+                    // The staged counts from shared memory, any other (the largest, a
+                    // fixed count outside them, the rest of a full search) from the tables.
+                    auto test = [&](int c) {
+                        bool in = c >= lo && c < lo + nw;
+                        double fac = in ? fa_sh[in ? c - lo : 0][rl] : fa[(i64)c * arows + row];
+                        double fbc = in ? fb_sh[in ? c - lo : 0][threadIdx.x]
+                                        : fb[(i64)c * bcols + col];
+                        double x = __dadd_rn(__dmul_rn(fac, qbj), __dmul_rn(qai, fbc));
+                        return oz_passes_finite(x, cp);
+                    };
+                    int cur = need_max - OZ_NLO;
+                    if (fixed >= 0) {
+                        need = test(g) ? OZ_NLO + g : 0;
+                    } else if (cur >= lo && test(cur)) {
+                        need = OZ_NLO + lo;             // at most cur's: max unchanged
+                    } else if (test(g)) {
+                        int c = g;
+                        if (c > lo && test(g1)) {
+                            c = g1;
+                            while (c > lo && test(c - 1)) --c;
+                        }
+                        need = OZ_NLO + c;
+                    } else {
+                        int c = g + 1;
+                        while (c <= hi && !test(c)) ++c;
+                        if (c <= hi) {
+                            need = OZ_NLO + c;
+                        } else if (hi == OZ_NN - 1) {
+                            need = 0;
+                        } else {
+                            need = 0;
+                            outside = test(OZ_NN - 1);
+                        }
+                    }
+                }
+                need_max = max(need_max, need);
+                none += need == 0 && !outside;
+            }
         }
     }
     for (int off = 16; off > 0; off >>= 1) {
@@ -698,9 +802,20 @@ __device__ __forceinline__ void oz_cert_counts(const T *__restrict__ P, i64 ldp,
         none += __shfl_xor_sync(0xffffffffu, none, off);
         outside += __shfl_xor_sync(0xffffffffu, outside, off);
     }
-    // Nearly every warp finds the same count: read before the atomic, so that one address
-    // is not hit by every warp of the grid.
-    if ((threadIdx.x & 31) == 0) {
+    if (threadIdx.x == 0) {
+        red_sh[0][threadIdx.y] = need_max;
+        red_sh[1][threadIdx.y] = none;
+        red_sh[2][threadIdx.y] = outside;
+    }
+    __syncthreads();
+    // Nearly every block finds the same count: read before the atomic, so that one
+    // address is not hit by every block of the grid.
+    if (tid == 0) {
+        for (int y = 1; y < 8; ++y) {
+            need_max = max(need_max, red_sh[0][y]);
+            none += red_sh[1][y];
+            outside += red_sh[2][y];
+        }
         if (need_max && need_max > *((volatile int *)out)) atomicMax(out, need_max);
         if (none) atomicAdd(out + 1, none);
         if (outside) atomicAdd(out + 2, outside);

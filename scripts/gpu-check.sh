@@ -35,6 +35,10 @@
 #   --host-overhead SHAPES  also scripts/host_overhead.py SHAPES (space-separated m,k,n
 #               or n; issue 18): the host's time per call of a device product, the
 #               prepare stage replayed as a CUDA graph and not; $OUT/host-overhead.log
+#   --ncu SHAPE  also Nsight Compute over one product of SHAPE (n or m,k,n):
+#               scripts/product_ncu.py under `ncu --section SpeedOfLight` (DRAM and SM
+#               throughput of every kernel of one product, the first GEMM's included;
+#               NCU_ARGS adds options); $OUT/ncu.log, a table of them printed last
 #   --dask      also scripts/dask_gpu.py (issue 15: one GPU worker; DASK_ARGS adds its
 #               options), logged to $OUT/dask_gpu.log, JSON in $OUT/dask_gpu.json.
 #               Needs the dask wheels: carry .whl_dask (installed like .whl)
@@ -49,7 +53,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
 run_tests=1 run_bench=1 run_tune=0 run_san=0 run_g8=0 run_dask=0 run_host=0 kexpr=() ws_parts=""
-prof_sizes="" ov_shapes="" ho_shapes=""
+prof_sizes="" ov_shapes="" ho_shapes="" ncu_shape=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests-only) run_bench=0; shift ;;
@@ -63,6 +67,7 @@ while [ $# -gt 0 ]; do
     --profile) prof_sizes="$2"; run_tests=0; run_bench=0; shift 2 ;;
     --overlap) ov_shapes="$2"; run_tests=0; run_bench=0; shift 2 ;;
     --host-overhead) ho_shapes="$2"; shift 2 ;;
+    --ncu) ncu_shape="$2"; shift 2 ;;
     -k) kexpr=(-k "$2"); shift 2 ;;
     *) break ;;
   esac
@@ -107,6 +112,14 @@ if [ -n "$ov_shapes" ]; then
   # shellcheck disable=SC2086
   timeout "${OVERLAP_TIMEOUT:-300}" python3 scripts/overlap_sweep.py --shapes "$ov_shapes" \
     --json "$OUT/overlap.json" ${OVERLAP_ARGS:-} >"$OUT/overlap.log" 2>&1 || rc_ov=1
+fi
+rc_ncu=0
+if [ -n "$ncu_shape" ]; then
+  # shellcheck disable=SC2086
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -n 1)
+  timeout "${NCU_TIMEOUT:-240}" "${ncu:-ncu}" --clock-control none --profile-from-start off \
+    --section SpeedOfLight ${NCU_ARGS:-} python3 scripts/product_ncu.py "$ncu_shape" \
+    >"$OUT/ncu.log" 2>&1 || rc_ncu=1
 fi
 rc_ho=0
 if [ -n "$ho_shapes" ]; then
@@ -204,6 +217,13 @@ if [ -n "$ws_parts" ]; then
 fi
 if [ -n "$ho_shapes" ]; then
   echo "==== host time per call (host-overhead.log), rc=$rc_ho"; tail -n 20 "$OUT/host-overhead.log"
+fi
+if [ -n "$ncu_shape" ]; then
+  echo "==== Nsight Compute, one product of $ncu_shape (ncu.log), rc=$rc_ncu"
+  # kernel name, then DRAM and SM throughput (% of peak) and the duration
+  awk '/^  [A-Za-z_0-9]+.*\(/ {name=$1} /DRAM Throughput/ {d=$NF} /^ +Duration/ {t=$NF " " $(NF-1)}
+       /Compute \(SM\) Throughput/ {printf "  %-44s DRAM %6s %%  SM %6s %%  %s\n", substr(name,1,44), d, $NF, t}' \
+    "$OUT/ncu.log" | head -n 80
 fi
 if [ -n "$ov_shapes" ]; then
   echo "==== overlapped schedule (overlap.log), rc=$rc_ov"; tail -n 60 "$OUT/overlap.log"

@@ -21,7 +21,7 @@ from .scaling import BoundMatrix, Side, kernel, row_stride
 
 
 #: Rows per block of the count kernel (kernels/scaling.cu OZ_CR).
-_CR = 128
+_CR = 256
 
 
 def _inv_div(elements):

@@ -103,3 +103,104 @@ def test_no_window_always_decides():
 def test_the_kernel_window_width_is_the_spec_s():
     text = read_source("scaling.cu")
     assert f"#define OZ_NW {WINDOW} " in text
+
+
+def _thread_search(elements, guess, lo, hi, top, shortcut):
+    """One thread of ``oz_cert_counts`` over a sequence of elements (each the index of
+    its fewest passing count, None for none, or ``"exact"`` for an element whose row
+    and column do not overlap along k): ``(largest, none, outside)`` as the kernel
+    accumulates them, ``outside`` the flag the last undecided test left, and how many
+    elements took the shortcut. ``shortcut``: the kernel's running-maximum test (an
+    element passing at the thread's largest count so far takes that one test instead
+    of the search)."""
+    need_max = none = outside = taken = 0
+    for f in elements:
+        if f == "exact":
+            need = FIRST
+        else:
+            def passes(c, f=f):
+                return f is not None and c >= f
+            cur = need_max - FIRST
+            g = min(max(guess, lo), hi)
+            if shortcut and cur >= lo and passes(cur):
+                need = FIRST + lo
+                taken += 1
+            elif passes(g):
+                c = g
+                if c > lo and passes(g - 1):
+                    c = g - 1
+                    while c > lo and passes(c - 1):
+                        c -= 1
+                need = FIRST + c
+            else:
+                c = g + 1
+                while c <= hi and not passes(c):
+                    c += 1
+                if c <= hi:
+                    need = FIRST + c
+                else:
+                    need = 0
+                    if hi != top:
+                        outside = int(passes(top))
+        need_max = max(need_max, need)
+        none += need == 0 and not outside
+    return need_max, none, outside, taken
+
+
+@pytest.mark.parametrize("n_counts", [19, 21])
+def test_the_running_maximum_shortcut_changes_no_output(n_counts):
+    """The kernel skips the search for an element that passes at the thread's largest
+    count so far; by monotonicity its count is at most that one, so the largest count,
+    the elements with none and the undecided flag are those of the search of every
+    element (sequences with clustered, spread, exact and failing elements; every window,
+    several guesses)."""
+    rng = np.random.default_rng(100 + n_counts)
+    top = n_counts - 1
+    skipped = 0
+    for trial in range(300):
+        size = int(rng.integers(1, 20))
+        centre = int(rng.integers(0, n_counts))
+        spread = int(rng.integers(0, 5))
+        seq = []
+        for _ in range(size):
+            r = rng.random()
+            if r < 0.08:
+                seq.append(None)
+            elif r < 0.16:
+                seq.append("exact")
+            elif r < 0.22:
+                seq.append(0)
+            else:
+                seq.append(int(np.clip(centre + rng.integers(-spread, spread + 1), 0, top)))
+        for start in range(n_counts):
+            for lo, hi in (count_window(n_counts, start)[:2], (0, top)):
+                for guess in {start, lo, hi, int(rng.integers(0, n_counts))}:
+                    *fast, taken = _thread_search(seq, guess, lo, hi, top, True)
+                    *slow, _ = _thread_search(seq, guess, lo, hi, top, False)
+                    assert fast == slow, (seq, lo, hi, guess)
+                    skipped += taken
+    assert skipped > 1000          # the shortcut is exercised
+
+
+def test_the_kernel_keeps_the_running_maximum_shortcut():
+    """The model above is the kernel's: its test at the running maximum is there."""
+    text = read_source("scaling.cu")
+    assert "cur >= lo && test(cur)" in text
+
+
+def test_the_hosts_block_heights_are_the_kernels():
+    """The launch grids of the certificate's passes divide the rows by the kernels' rows
+    per block (cuda/certificate.py _CR = OZ_CR, cuda/scaling.py _PR = OZ_PR): a host
+    value larger than the kernel's would leave rows unread. Read as text, so that it
+    runs where CuPy is not installed."""
+    import re
+    from pathlib import Path
+
+    import ozaki_backend
+
+    text = read_source("scaling.cu")
+    cuda = Path(ozaki_backend.__file__).parent / "cuda"
+    for name, host, file in (("OZ_CR", "_CR", "certificate.py"), ("OZ_PR", "_PR", "scaling.py")):
+        kernel_value = int(re.search(rf"#define {name} (\d+)", text).group(1))
+        host_value = int(re.search(rf"^{host} = (\d+)", (cuda / file).read_text(), re.M).group(1))
+        assert host_value == kernel_value, (name, host_value, kernel_value)
