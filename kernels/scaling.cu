@@ -453,6 +453,19 @@ extern "C" __global__ void oz_sigma_all(const i64 *__restrict__ rmax, int rows,
         sigma[(i64)c * rows + r] = oz_floor_half(oz_lambda(x, eh[c], fh[c]));
 }
 
+// p[b] = P[i + 8b][col] for the OZ_UB rows i, i + 8, ... of a thread (0 at and past r1),
+// all loads issued before any is used: the passes over P below walk a column with a
+// stride of 8 rows, and one load in flight per thread left them latency-bound.
+template <class T>
+__device__ __forceinline__ void oz_load_column_batch(const T *__restrict__ P, i64 ldp, int col,
+                                                     int i, int r1, T (&p)[OZ_UB]) {
+#pragma unroll
+    for (int b = 0; b < OZ_UB; ++b) {
+        int r = i + 8 * b;
+        p[b] = r < r1 ? P[(i64)r * ldp + col] : T(0);
+    }
+}
+
 // tau[c][j] = min over {i : U_ij > 0} of lambda_c(U_ij) - sigma[c][i], for NC counts c:
 // all of them (oz_u_colmin_*: the counts 0 .. OZ_NN-1), or the OZ_NW of a window
 // (oz_u_colmin_w_*: cidx[w], the counts the certificate's search is expected to visit,
@@ -511,11 +524,7 @@ __device__ __forceinline__ void oz_u_colmin(const T *__restrict__ P, i64 ldp, in
         int sb = SB[col], nb = nB[col];
         for (int i = r0 + threadIdx.y; i < r1; i += 8 * OZ_UB) {
             T p[OZ_UB];
-#pragma unroll
-            for (int b = 0; b < OZ_UB; ++b) {
-                int r = i + 8 * b;
-                p[b] = r < r1 ? P[(i64)r * ldp + col] : T(0);
-            }
+            oz_load_column_batch(P, ldp, col, i, r1, p);
 #pragma unroll
             for (int b = 0; b < OZ_UB; ++b) {
                 int r = i + 8 * b;
@@ -736,11 +745,7 @@ __device__ __forceinline__ void oz_cert_counts(const T *__restrict__ P, i64 ldp,
         double cf = 0.0;
         for (int i = r0 + threadIdx.y; i < r1; i += 8 * OZ_UB) {
             T p[OZ_UB];
-#pragma unroll
-            for (int b = 0; b < OZ_UB; ++b) {
-                int r = i + 8 * b;
-                p[b] = r < r1 ? P[(i64)r * ldp + col] : T(0);
-            }
+            oz_load_column_batch(P, ldp, col, i, r1, p);
 #pragma unroll
             for (int b = 0; b < OZ_UB; ++b) {
                 int row = i + 8 * b;

@@ -50,6 +50,28 @@ def _full(fewest):
     return max(have, default=0), sum(f is None for f in fewest)
 
 
+def _random_elements(rng, n_counts, max_size, max_spread, *, none, exact, zero):
+    """A random list of elements (fewer than ``max_size``): each the index of its fewest
+    passing count, clustered around one count within ``max_spread`` as ordinary data's
+    are, or with probabilities ``none`` (None: no count passes), ``exact`` (``"exact"``:
+    no overlap along k) and ``zero`` (index 0: exact at every count)."""
+    size = int(rng.integers(1, max_size))
+    centre = int(rng.integers(0, n_counts))
+    spread = int(rng.integers(0, max_spread + 1))
+    out = []
+    for _ in range(size):
+        r = rng.random()
+        if r < none:
+            out.append(None)
+        elif r < none + exact:
+            out.append("exact")
+        elif r < none + exact + zero:
+            out.append(0)
+        else:
+            out.append(int(np.clip(centre + rng.integers(-spread, spread + 1), 0, n_counts - 1)))
+    return out
+
+
 @pytest.mark.parametrize("n_counts", [19, 21])    # the real and the complex table
 def test_windows_are_five_distinct_counts_with_the_largest(n_counts):
     for start in range(n_counts):
@@ -68,18 +90,7 @@ def test_a_decided_window_gives_the_full_search(n_counts):
     top = n_counts - 1
     kinds = {"decided": 0, "undecided": 0}
     for trial in range(400):
-        size = int(rng.integers(1, 12))
-        centre = int(rng.integers(0, n_counts))
-        spread = int(rng.integers(0, 4))
-        fewest = []
-        for _ in range(size):
-            r = rng.random()
-            if r < 0.1:
-                fewest.append(None)
-            elif r < 0.2:
-                fewest.append(0)
-            else:
-                fewest.append(int(np.clip(centre + rng.integers(-spread, spread + 1), 0, top)))
+        fewest = _random_elements(rng, n_counts, 12, 3, none=0.1, exact=0.0, zero=0.1)
         want = _full(fewest)
         for start in range(n_counts):
             lo, hi, _ = count_window(n_counts, start)
@@ -117,31 +128,13 @@ def _thread_search(elements, guess, lo, hi, top, shortcut):
     for f in elements:
         if f == "exact":
             need = FIRST
+        elif shortcut and need_max - FIRST >= lo and f is not None and need_max - FIRST >= f:
+            need = FIRST + lo               # passes at the running maximum
+            taken += 1
         else:
-            def passes(c, f=f):
-                return f is not None and c >= f
-            cur = need_max - FIRST
-            g = min(max(guess, lo), hi)
-            if shortcut and cur >= lo and passes(cur):
-                need = FIRST + lo
-                taken += 1
-            elif passes(g):
-                c = g
-                if c > lo and passes(g - 1):
-                    c = g - 1
-                    while c > lo and passes(c - 1):
-                        c -= 1
-                need = FIRST + c
-            else:
-                c = g + 1
-                while c <= hi and not passes(c):
-                    c += 1
-                if c <= hi:
-                    need = FIRST + c
-                else:
-                    need = 0
-                    if hi != top:
-                        outside = int(passes(top))
+            need, undecided = _kernel_search(f, guess, lo, hi, top)
+            if need == 0 and hi != top:
+                outside = int(undecided)    # the kernel's flag: the last such test's
         need_max = max(need_max, need)
         none += need == 0 and not outside
     return need_max, none, outside, taken
@@ -158,20 +151,7 @@ def test_the_running_maximum_shortcut_changes_no_output(n_counts):
     top = n_counts - 1
     skipped = 0
     for trial in range(300):
-        size = int(rng.integers(1, 20))
-        centre = int(rng.integers(0, n_counts))
-        spread = int(rng.integers(0, 5))
-        seq = []
-        for _ in range(size):
-            r = rng.random()
-            if r < 0.08:
-                seq.append(None)
-            elif r < 0.16:
-                seq.append("exact")
-            elif r < 0.22:
-                seq.append(0)
-            else:
-                seq.append(int(np.clip(centre + rng.integers(-spread, spread + 1), 0, top)))
+        seq = _random_elements(rng, n_counts, 20, 4, none=0.08, exact=0.08, zero=0.06)
         for start in range(n_counts):
             for lo, hi in (count_window(n_counts, start)[:2], (0, top)):
                 for guess in {start, lo, hi, int(rng.integers(0, n_counts))}:
