@@ -277,7 +277,7 @@ def test_overflow_is_reported_as_numpys_dot_reports_it():
 # ----------------------------------------------------------------------- errors
 def test_errors_fall_back_to_the_original_blas(monkeypatch):
     X, Y = M(30, 20), M(20, 25)
-    nat = X.dot(Y)
+    nat, nat2 = X.dot(Y), X.dot(X.T)
 
     def broken(*args, **kwargs):
         raise RuntimeError("engine exploded")
@@ -287,6 +287,7 @@ def test_errors_fall_back_to_the_original_blas(monkeypatch):
         got = X.dot(Y)
         g2 = X.dot(X.T)
     assert_same_bits(got, nat)
+    assert_same_bits(g2, nat2)
     s = ob.stats()
     assert s["routed"] == 0 and s["fallback"] == 2
     assert any("BLAS dgemm" in k for k in s["reasons"]["fallback"])

@@ -9,8 +9,6 @@ columns of wildly different scales, subnormals, and quantisation edge values. A 
 group checks the other direction: the scaling does not waste range.
 """
 
-import math
-
 import numpy as np
 import pytest
 
