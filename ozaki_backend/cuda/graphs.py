@@ -47,8 +47,9 @@ MEMORY_FRACTION = 1 / 16
 #: Captures tried per key before its calls stay eager.
 CAPTURE_TRIES = 2
 
-#: Plans captured, calls replayed, captures that failed (the call ran eagerly) and
-#: plans dropped, all threads (tests and the benchmark read them).
+#: Plans captured, calls replayed, captures that failed (the call ran eagerly; also a
+#: plan its call could not use, see :func:`drop`) and plans dropped, all threads
+#: (tests and the benchmark read them).
 COUNTS = {"captured": 0, "replayed": 0, "failed": 0, "dropped": 0}
 
 #: Why the last capture failed (None: none has).
@@ -242,9 +243,15 @@ def _evict(plans, keep):
         drop(oldest)
 
 
-def drop(key):
+def drop(key, failed=None):
     """Forget the plan of ``key`` (this thread), if any. Its memory goes back to the
-    pool once the device has finished its last replay."""
+    pool once the device has finished its last replay. ``failed``: the key given to
+    :func:`replay` when the caller could not use the plan it got (counted in
+    ``COUNTS["failed"]`` as a failed capture of that key: after :data:`CAPTURE_TRIES`
+    of them the key runs eagerly instead of being captured and dropped again)."""
+    if failed is not None:
+        _local.seen[failed] = _local.seen.get(failed, 0) + 1
+        COUNTS["failed"] += 1
     plan = _plans().pop(key, None)
     if plan is None:
         return

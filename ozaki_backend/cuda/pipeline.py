@@ -655,17 +655,17 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
     near = _last_count(key) if plan.adaptive else None
     # Stages 0-2 replayed as a CUDA graph where the host's launches bound the call
     # (graphs.py): only on the path that starts with a guessed count.
-    replayed = gkey = None
+    replayed = gkey = base = None
     early = _early_guess(plan, key, bound, sym, phases) if read else None
     if early is not None and graphs.eligible(A, B):
-        gkey = graphs.key_of(A, B, plan.mode, fixed, near, early)
+        base = graphs.key_of(A, B, plan.mode, fixed, near, early)
 
         def build(As, Bs):
             p = Prepared(As, Bs, plan.mode, certify=True, fixed=fixed, near=near)
             p.status(True, fixed=fixed)
             return p, p.window, p.shifts(early)
 
-        replayed = graphs.replay(gkey, A, B, build)
+        replayed = graphs.replay(base, A, B, build)
     if replayed is not None:
         (prep, window, (s, t)), gkey = replayed      # gkey: the plan used
         prep.keep_bound = True          # the graph writes its bound GEMM every replay
@@ -681,7 +681,10 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
             st = prep.status(read, fixed=fixed)
     guess = _guess(plan, key, prep, bound) if read else None
     if replayed is not None and guess != early:
-        _leave_graph(gkey, prep)        # the budget changed: go on eagerly
+        # The budget cannot hold the bound GEMM beside the product: go on eagerly, and
+        # count it against the key, so that a budget that stays too small does not
+        # capture and drop a plan on every call.
+        _leave_graph(gkey, prep, failed=base)
         replayed = None
     if guess is not None:
         # Deferred read-back: the product starts with the count this shape had last
@@ -841,11 +844,12 @@ def _early_guess(plan, key, bound, sym, phases=None):
     return None if seen is None or seen[1] >= GUESS_MISSES else seen[0]
 
 
-def _leave_graph(gkey, prep):
+def _leave_graph(gkey, prep, failed=None):
     """The call left the ordinary path with a replayed ``prep`` (another count, a
     widened window, a smaller budget): drop the plan; this call goes on with ``prep``
-    eagerly."""
-    graphs.drop(gkey)
+    eagerly. ``failed``: the key the plan was captured for, when the plan could not be
+    used at all (counted as a failed capture, :func:`graphs.drop`)."""
+    graphs.drop(gkey, failed=failed)
     prep.keep_bound = False
 
 

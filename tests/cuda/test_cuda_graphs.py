@@ -222,3 +222,22 @@ def test_a_failed_capture_leaves_the_call_eager(monkeypatch):
         assert_same_bits(_device_product(A, B, plan), ref_2d(A, B, plan))
     d = _delta(before)
     assert d["failed"] == graphs.CAPTURE_TRIES and d["captured"] == 0, d
+
+
+def test_a_plan_the_budget_cannot_use_is_not_captured_again_and_again(monkeypatch):
+    """When the workspace budget cannot hold the bound GEMM beside the product, the
+    product reads its count first and the replayed plan is dropped. That counts as a
+    failed capture: after :data:`~graphs.CAPTURE_TRIES` of them the key runs eagerly
+    instead of capturing and dropping a plan (a device synchronisation) on every call.
+    Every call keeps the reference bits."""
+    monkeypatch.setattr(pipeline, "_guess", lambda *a, **kw: None)   # a budget too small
+    m, k, n = 60, 110, 52
+    plan = Plan(m, n, k, moduli=12)
+    rng = np.random.default_rng(11)
+    before = _counts()
+    for _ in range(7):
+        A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+        assert_same_bits(_device_product(A, B, plan), ref_2d(A, B, plan))
+    d = _delta(before)
+    assert d["captured"] == graphs.CAPTURE_TRIES == d["failed"] == d["dropped"], d
+    assert graphs.info() == []
