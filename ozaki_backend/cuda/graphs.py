@@ -249,10 +249,11 @@ def drop(key, failed=None):
     :func:`replay` when the caller could not use the plan it got (counted in
     ``COUNTS["failed"]`` as a failed capture of that key: after :data:`CAPTURE_TRIES`
     of them the key runs eagerly instead of being captured and dropped again)."""
+    plans = _plans()                # this thread's plans and keys seen
     if failed is not None:
         _local.seen[failed] = _local.seen.get(failed, 0) + 1
         COUNTS["failed"] += 1
-    plan = _plans().pop(key, None)
+    plan = plans.pop(key, None)
     if plan is None:
         return
     # A replay queued on the plan's stream may still read or write its blocks; once
