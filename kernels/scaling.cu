@@ -620,10 +620,6 @@ __device__ __forceinline__ double oz_excess(int si, int bi, int xi, double qb, i
     return __dadd_rn(__dmul_rn(ra, qb), __dmul_rn(qa, rb));
 }
 
-__device__ __forceinline__ bool oz_passes(double x, double cp) {
-    return x == 0.0 || nextafter(x, __longlong_as_double(0x7ff0000000000000ll)) <= cp;
-}
-
 // Per row (of A, or of B^T) and count: f[c][r] = [s < x] 2^(60 - b) with b = kept[c][r]
 // and s = b - E (0 for an all-zero row), and q[r] = SA + n: the two factors of each
 // term of t_ij below, so that the per-element test is two exact products and one
@@ -694,10 +690,11 @@ __device__ __forceinline__ int oz_overlap_len(const int *__restrict__ lo,
 // ~0.7 TB/s.) ozaki_backend/cuda/certificate.py _CR is OZ_CR.
 #define OZ_CR 256
 
-// oz_passes for the count search's x and cp: both finite and x >= 0 (sums of products
-// of powers of two and integers; cp = c P), where nextafter(x, inf) <= cp is x < cp
-// (cp, a float64 above x, is at least the next float64 after it).
-__device__ __forceinline__ bool oz_passes_finite(double x, double cp) {
+// The a-priori test of one element at one count (spec §10.2): x == 0 or
+// nextafter(x, inf) <= cp. Here x and cp are finite and x >= 0 (sums of products of
+// powers of two and integers; cp = c P), and nextafter(x, inf) <= cp is x < cp (cp, a
+// float64 above x, is at least the next float64 after it).
+__device__ __forceinline__ bool oz_passes(double x, double cp) {
     return x == 0.0 || x < cp;
 }
 
@@ -770,7 +767,7 @@ __device__ __forceinline__ void oz_cert_counts(const T *__restrict__ P, i64 ldp,
                         double fbc = in ? fb_sh[in ? c - lo : 0][threadIdx.x]
                                         : fb[(i64)c * bcols + col];
                         double x = __dadd_rn(__dmul_rn(fac, qbj), __dmul_rn(qai, fbc));
-                        return oz_passes_finite(x, cp);
+                        return oz_passes(x, cp);
                     };
                     int cur = need_max - OZ_NLO;
                     if (fixed >= 0) {

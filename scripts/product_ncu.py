@@ -14,10 +14,9 @@ import sys
 import cupy
 
 import ozaki_backend as ob
+from kernel_timeline import _shape      # scripts/ is on sys.path
 
-spec = sys.argv[1] if len(sys.argv) > 1 else "8192"
-v = [int(x) for x in spec.split(",")]
-m, k, n = (v[0], v[0], v[0]) if len(v) == 1 else v
+m, k, n = _shape(sys.argv[1] if len(sys.argv) > 1 else "8192")
 rng = cupy.random.default_rng(0)
 A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
 C = cupy.empty((m, n))

@@ -4,8 +4,8 @@
 
 For N(0, 1) device operands of each shape: cuBLAS DGEMM, ``ob.matmul`` (the default
 precision) and ``Plan(m, n, k, mode="accurate").matmul`` (what the bench times), each
-with ``out=``, by ``provenance.median_device_time`` (5 warm-up calls, 7 timed), in
-three rounds that alternate them, so that clock drift touches all three alike. Printed
+with ``out=``, after kernel_timeline's warm-up, by ``provenance.median_device_time``
+(5 warm-up calls, 7 timed), in three rounds that alternate them, so that clock drift touches all three alike. Printed
 per round: the three times, the ratios to native, and the count guesses that were right
 and wrong (cuda/pipeline.py GUESSES) and the prepare-stage graphs replayed.
 """
@@ -15,17 +15,14 @@ import sys
 import cupy
 
 import ozaki_backend as ob
+from kernel_timeline import _warm_operands      # scripts/ is on sys.path
 from ozaki_backend.cuda import graphs, pipeline
 from ozaki_backend.provenance import median_device_time
 
 
 def main(specs):
     for spec in specs or ["4096", "8192"]:
-        v = [int(x) for x in spec.split(",")]
-        m, k, n = (v[0], v[0], v[0]) if len(v) == 1 else v
-        rng = cupy.random.default_rng(0)
-        A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
-        C = cupy.empty((m, n))
+        (m, k, n), A, B, C = _warm_operands(spec)
         plan = ob.Plan(m, n, k, mode="accurate")
         for rnd in range(3):
             g0, r0 = dict(pipeline.GUESSES), graphs.COUNTS["replayed"]
