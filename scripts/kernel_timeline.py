@@ -1,6 +1,6 @@
 """Kernel-by-kernel timeline of the real product on the device (issue 18).
 
-    python scripts/kernel_timeline.py [n | m,k,n ...]          (default: 4096 8192)
+    python scripts/kernel_timeline.py [--steady] [n | m,k,n ...]   (default: 4096 8192)
 
 For N(0,1) operands of n x n x n or m x k x n (CuPy, on the device), ``ob.matmul`` with the default
 precision is run under the PyTorch profiler (CUPTI records every kernel of the process,
@@ -11,6 +11,11 @@ kernel's name, count and total time, the largest first. No Nsight Systems on the
 image, so this is the timeline we can read. With the overlapped schedule (streams run
 kernels at once) the busy time is the union of the kernels' intervals, and the time the
 GEMMs and other kernels ran together is printed. ``TIMELINE_HOST=0``: no host profile.
+
+``--steady``: instead, ten calls back to back as a user's loop makes them (no
+synchronisation between calls; each waits only for its own count), and per call the
+span, the busy time and the idle time, with the idle gaps summed by the pair of kernels
+around them: where the GPU waits for the host in the steady state.
 """
 
 import os
@@ -147,6 +152,41 @@ def timeline(spec, calls=3):
     sys.stdout.flush()
 
 
+def steady(spec, calls=10):
+    """Idle time of ``calls`` products issued back to back (the steady state of a loop)
+    and the gaps that make it, summed by the kernels around them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    (m, k, n), A, B, C = _warm_operands(spec, native=True)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        cupy.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            ob.matmul(A, B, out=C)
+        cupy.cuda.Device().synchronize()
+        wall = time.perf_counter() - t0
+    ks = _kernels(prof)
+    span = ks[-1][1] + ks[-1][2] - ks[0][1]
+    u = _union([(a, d) for _, a, d in ks])
+    gaps = defaultdict(lambda: [0, 0.0])
+    end = ks[0][1]
+    prev = ks[0][0]
+    for name, a, d in ks:
+        if a > end:
+            key = (prev[:44], name[:44])
+            gaps[key][0] += 1
+            gaps[key][1] += a - end
+        if a + d >= end:
+            end, prev = a + d, name
+    print(f"{m}x{k}x{n} steady, {calls} calls: wall {wall / calls * 1e3:.3f} ms per call, "
+          f"GPU span {span / calls / 1e3:.3f}, busy {u / calls / 1e3:.3f}, idle "
+          f"{(span - u) / calls / 1e3:.3f} ms per call; idle gaps by the kernels around "
+          f"them (per call):")
+    for (a, b), (c, g) in sorted(gaps.items(), key=lambda kv: -kv[1][1])[:12]:
+        print(f"    {g / calls / 1e3:8.3f} ms  x{c / calls:<4.1f} after {a}  before {b}")
+    sys.stdout.flush()
+
+
 def host_profile(spec, calls=20):
     """cProfile of ``calls`` products (the host's share: Python, launches, allocations),
     the functions with the most time of their own first."""
@@ -167,6 +207,10 @@ def host_profile(spec, calls=20):
 
 
 def main(argv):
+    if argv and argv[0] == "--steady":
+        for n in argv[1:] or ["4096"]:
+            steady(n)
+        return
     sizes = argv or ["4096", "8192"]
     for n in sizes:
         timeline(n)
