@@ -35,6 +35,12 @@
 #   --host-overhead SHAPES  also scripts/host_overhead.py SHAPES (space-separated m,k,n
 #               or n; issue 18): the host's time per call of a device product, the
 #               prepare stage replayed as a CUDA graph and not; $OUT/host-overhead.log
+#   --steady SHAPES  also the steady state of a loop for each shape (space-separated n or
+#               m,k,n; issue 18): scripts/steady_ratio.py (native, ob.matmul and
+#               Plan.matmul side by side, three alternating rounds) and
+#               scripts/kernel_timeline.py --steady (ten calls back to back: the GPU's
+#               busy and idle time per call, the gaps by the kernels around them);
+#               $OUT/steady.log; STEADY_TIMEOUT
 #   --ncu SHAPE  also Nsight Compute over one product of SHAPE (n or m,k,n):
 #               scripts/product_ncu.py under `ncu --section SpeedOfLight` (DRAM and SM
 #               throughput of every kernel of one product, the first GEMM's included;
@@ -53,7 +59,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
 run_tests=1 run_bench=1 run_tune=0 run_san=0 run_g8=0 run_dask=0 run_host=0 kexpr=() ws_parts=""
-prof_sizes="" ov_shapes="" ho_shapes="" ncu_shape=""
+prof_sizes="" ov_shapes="" ho_shapes="" ncu_shape="" steady_shapes=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests-only) run_bench=0; shift ;;
@@ -68,6 +74,7 @@ while [ $# -gt 0 ]; do
     --overlap) ov_shapes="$2"; run_tests=0; run_bench=0; shift 2 ;;
     --host-overhead) ho_shapes="$2"; shift 2 ;;
     --ncu) ncu_shape="$2"; shift 2 ;;
+    --steady) steady_shapes="$2"; shift 2 ;;
     -k) kexpr=(-k "$2"); shift 2 ;;
     *) break ;;
   esac
@@ -120,6 +127,13 @@ if [ -n "$ncu_shape" ]; then
   timeout "${NCU_TIMEOUT:-240}" "${ncu:-ncu}" --clock-control none --profile-from-start off \
     --section SpeedOfLight ${NCU_ARGS:-} python3 scripts/product_ncu.py "$ncu_shape" \
     >"$OUT/ncu.log" 2>&1 || rc_ncu=1
+fi
+rc_steady=0
+if [ -n "$steady_shapes" ]; then
+  # shellcheck disable=SC2086
+  { timeout "${STEADY_TIMEOUT:-300}" python3 scripts/steady_ratio.py $steady_shapes &&
+    timeout "${STEADY_TIMEOUT:-300}" python3 scripts/kernel_timeline.py --steady $steady_shapes
+  } 2>&1 | grep -v -i "warn" >"$OUT/steady.log" || rc_steady=1
 fi
 rc_ho=0
 if [ -n "$ho_shapes" ]; then
@@ -217,6 +231,9 @@ if [ -n "$ws_parts" ]; then
 fi
 if [ -n "$ho_shapes" ]; then
   echo "==== host time per call (host-overhead.log), rc=$rc_ho"; tail -n 20 "$OUT/host-overhead.log"
+fi
+if [ -n "$steady_shapes" ]; then
+  echo "==== steady state of a loop (steady.log), rc=$rc_steady"; cat "$OUT/steady.log"
 fi
 if [ -n "$ncu_shape" ]; then
   echo "==== Nsight Compute, one product of $ncu_shape (ncu.log), rc=$rc_ncu"
