@@ -9,6 +9,8 @@ array library itself, so bad input raises exactly what NumPy (or CuPy) raises.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from . import _native, _options, _stats, registry, semantics
@@ -179,7 +181,7 @@ def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None,
     semantics.check_c(beta, c, ms.shape)
     if out is not None and not semantics.valid_out(out, ms.shape, type(a), dtype):
         return semantics.native(xp, a, b, out, alpha, beta, c)  # the library's own error
-    p = plan if plan is not None else Plan(ms.m, ms.n, ms.k, **opts)
+    p = plan if plan is not None else _plan_of(ms.m, ms.n, ms.k, opts)
     semantics.check_plan(p, ms.m, ms.n, ms.k)
     eng, _why = registry.resolve(opts["engine"], on_device=xp is not np)
     a3, b3 = semantics.stacks(xp, a, b, ms)
@@ -217,6 +219,24 @@ def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None,
         elif fp_name:
             semantics.report_overflow(fp_name)
     return semantics.deliver(res, out, ms.shape, direct=direct)
+
+
+def _plan_of(m, n, k, opts):
+    """The plan of a call that brought none: made once per shape and options (a plan is
+    a function of them only, and making one evaluates the moduli rules, a noticeable part
+    of a call's host time), then reused."""
+    try:
+        key = (m, n, k, tuple(sorted(opts.items())))
+        hash(key)
+    except TypeError:                   # an unhashable option value: no reuse
+        return Plan(m, n, k, **opts)
+    return _cached_plan(key)
+
+
+@lru_cache(maxsize=256)
+def _cached_plan(key):
+    m, n, k, items = key
+    return Plan(m, n, k, **dict(items))
 
 
 def _foreign_product(f, a, b, opts, *, out, alpha, beta, c, plan, fp_name, _bound_out):

@@ -216,6 +216,11 @@ def matmul_device(a3, b3, plan, out3, *, alpha=1.0, beta=0.0, c3=None, bound3=No
                 r = apply_alpha_beta(r, alpha, beta, None if c3 is None else c3[idx])
             out3[idx] = r
         return True
+    if a3.ndim == 2:
+        # One matrix (most calls): indexing CuPy arrays by () would only make views, at
+        # several microseconds each on the host, before the first launch.
+        return pipeline.product_into(a3, b3, plan, out3, alpha=alpha, beta=beta, C0=c3,
+                                     check_finite=True, bound=bound3) is not None
     for idx in np.ndindex(*a3.shape[:-2]):
         done = pipeline.product_into(a3[idx], b3[idx], plan, out3[idx], alpha=alpha,
                                      beta=beta, C0=None if c3 is None else c3[idx],
