@@ -39,6 +39,21 @@ def _delta(before):
     return {k: graphs.COUNTS[k] - before[k] for k in before}
 
 
+def _random_calls(m, k, n, seed, calls, before_each=None):
+    """``calls`` products of fresh N(0, 1) operands with a 12-moduli plan, each checked
+    against the CPU engine's bits (``before_each(i)`` runs first); the graph counts'
+    change."""
+    plan = Plan(m, n, k, moduli=12)
+    rng = np.random.default_rng(seed)
+    before = _counts()
+    for i in range(calls):
+        if before_each is not None:
+            before_each(i)
+        A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+        assert_same_bits(_device_product(A, B, plan), ref_2d(A, B, plan))
+    return _delta(before)
+
+
 def _device_product(A, B, plan, *, out=None, **kw):
     dA = A if isinstance(A, cupy.ndarray) else cupy.asarray(A)
     dB = B if isinstance(B, cupy.ndarray) else cupy.asarray(B)
@@ -197,30 +212,20 @@ def test_plans_are_bounded(monkeypatch):
 def test_off_switch_and_size_limit(monkeypatch, env):
     for name, v in env.items():
         monkeypatch.setenv(name, v)
-    m, k, n = 40, 50, 30         # 3500 operand elements > 1000
-    plan = Plan(m, n, k, moduli=12)
-    rng = np.random.default_rng(1)
-    before = _counts()
-    for _ in range(4):
-        A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
-        assert_same_bits(_device_product(A, B, plan), ref_2d(A, B, plan))
-    assert _delta(before) == {"captured": 0, "replayed": 0, "failed": 0, "dropped": 0}
+    # 40 x 50 and 50 x 30: 3500 operand elements > 1000
+    d = _random_calls(40, 50, 30, seed=1, calls=4)
+    assert d == {"captured": 0, "replayed": 0, "failed": 0, "dropped": 0}
 
 
 def test_a_failed_capture_leaves_the_call_eager(monkeypatch):
     """A device table first made inside the capture would be filled only by the graph:
     the capture refuses it (``not_capturing``), the call runs eagerly and makes the
     table itself, and after :data:`~graphs.CAPTURE_TRIES` failures the key stays eager."""
-    m, k, n = 56, 90, 44
-    plan = Plan(m, n, k, moduli=12)
-    rng = np.random.default_rng(2)
-    before = _counts()
-    for i in range(5):
+    def fresh_tables(i):
         if i >= 1:
             monkeypatch.setattr(scaling, "_tables", {})   # every table made anew
-        A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
-        assert_same_bits(_device_product(A, B, plan), ref_2d(A, B, plan))
-    d = _delta(before)
+
+    d = _random_calls(56, 90, 44, seed=2, calls=5, before_each=fresh_tables)
     assert d["failed"] == graphs.CAPTURE_TRIES and d["captured"] == 0, d
 
 
@@ -231,13 +236,6 @@ def test_a_plan_the_budget_cannot_use_is_not_captured_again_and_again(monkeypatc
     instead of capturing and dropping a plan (a device synchronisation) on every call.
     Every call keeps the reference bits."""
     monkeypatch.setattr(pipeline, "_guess", lambda *a, **kw: None)   # a budget too small
-    m, k, n = 60, 110, 52
-    plan = Plan(m, n, k, moduli=12)
-    rng = np.random.default_rng(11)
-    before = _counts()
-    for _ in range(7):
-        A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
-        assert_same_bits(_device_product(A, B, plan), ref_2d(A, B, plan))
-    d = _delta(before)
+    d = _random_calls(60, 110, 52, seed=11, calls=7)
     assert d["captured"] == graphs.CAPTURE_TRIES == d["failed"] == d["dropped"], d
     assert graphs.info() == []
