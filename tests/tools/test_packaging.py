@@ -50,3 +50,49 @@ def test_installed_wheel_reads_kernels_from_the_package(wheel, tmp_path):
     pkg, kdir, n = res.stdout.split()
     assert pkg.startswith(str(target)) and str(target) in kdir
     assert int(n) > 1000
+
+
+def _metadata(wheel):
+    """The wheel's METADATA as (field, value) pairs (the e-mail header form)."""
+    from email.parser import HeaderParser
+
+    z = zipfile.ZipFile(wheel)
+    (name,) = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+    return HeaderParser().parsestr(z.read(name).decode())
+
+
+def test_wheel_metadata_license_version_and_typing(wheel):
+    from ozaki_backend._version import __version__
+
+    meta = _metadata(wheel)
+    # PEP 639: an SPDX expression and the licence text inside the wheel
+    assert meta["License-Expression"] == "BSD-3-Clause"
+    assert "LICENSE" in meta.get_all("License-File")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names
+    # one version, read from ozaki_backend/_version.py
+    assert meta["Version"] == __version__
+    assert "Typing :: Typed" in meta.get_all("Classifier")
+    assert "ozaki_backend/py.typed" in names   # PEP 561: type checkers read the hints
+    entry = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    assert entry and "ozaki-backend = ozaki_backend.__main__:main" in \
+        zipfile.ZipFile(wheel).read(entry[0]).decode()
+
+
+def test_license_and_citation_agree_with_the_package():
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("BSD 3-Clause License") and "Neither the name" in text
+    cff = (ROOT / "CITATION.cff").read_text()
+    from ozaki_backend._version import __version__
+
+    fields = dict(line.split(":", 1) for line in cff.splitlines()
+                  if line and not line.startswith((" ", "#", "-")))
+    assert fields["cff-version"].strip() == "1.2.0"
+    assert fields["version"].strip() == __version__
+    assert fields["license"].strip() == "BSD-3-Clause"
+    assert "authors" in fields and "title" in fields
+    # the version is written once: pyproject.toml reads it from _version.py
+    project = (ROOT / "pyproject.toml").read_text().split("[project]", 1)[1]
+    project = project.split("\n[", 1)[0]          # the [project] table alone
+    assert 'dynamic = ["version"]' in project
+    assert not any(line.startswith("version") for line in project.splitlines())
