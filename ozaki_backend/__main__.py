@@ -3,8 +3,10 @@ as ``ozaki-backend``).
 
 One :mod:`argparse` parser with a sub-command each; every sub-command's options are
 defined in the module that owns its subject (``add_arguments``) and run there
-(``run``); this file only assembles them. ``--version`` prints the version; no command
-or an unknown one prints the usage and exits with status 2.
+(``run``); this file only assembles them. ``-V``/``--version`` prints the version; no
+command or an unknown one prints the usage and exits with status 2; a bad option or
+value of a command is one line naming it (:class:`ozaki_backend._cli.Parser`), also
+exit status 2.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+
+from ._cli import Parser
 
 #: name -> (module, options function, run function, one-line help)
 COMMANDS = {
@@ -34,10 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``python -m ozaki_backend`` parser with every sub-command."""
     from ._version import __version__
 
-    ap = argparse.ArgumentParser(
-        prog="python -m ozaki_backend",
+    ap = Parser(
+        prog="python -m ozaki_backend", usage_on_error=True,
         description="FP64 matrix products from INT8 tensor cores (Ozaki scheme II + CRT).")
-    ap.add_argument("--version", action="version", version=f"ozaki_backend {__version__}")
+    ap.add_argument("-V", "--version", action="version",
+                    version=f"ozaki_backend {__version__}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True,
                             title="commands")
     for name, (module, add, _run, text) in COMMANDS.items():
@@ -54,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (``sys.argv[1:]`` by default) and run the sub-command.
 
     Returns
@@ -77,7 +82,10 @@ def main(argv=None) -> int:
 
         return host_main([a for a in argv[1:] if a != "--host"])
     ap = build_parser()
-    args = ap.parse_args(argv)
+    args, extra = ap.parse_known_args(argv)
+    if extra:
+        # Reported by the command's own parser: one line that names the command.
+        args._parser.error(f"unrecognized arguments: {' '.join(extra)}")
     module, _add, run, _text = COMMANDS[args.command]
     fn = getattr(importlib.import_module(module), run)
     if args.command == "run":

@@ -54,8 +54,10 @@ import time
 import numpy as np
 
 from . import provenance
+from ._cli import Parser, Progress, choice_list, float_list, int_at_least, int_list
 from .provenance import median_device_time, median_wall_time
 from .shapes import HEADER as SHAPE_HEADER
+from .spec.moduli import MAX_MODULI, MIN_MODULI
 from .shapes import HELP as SHAPES_HELP
 from .shapes import format_shape, parse_shape
 from .testing import sampled_rows_error, sampled_rows_reference
@@ -87,41 +89,44 @@ WARMUP_CALLS = 5
 
 
 def _parse(argv):
-    ap = argparse.ArgumentParser(prog="python -m ozaki_backend bench",
-                                 description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="python -m ozaki_backend bench",
+                description=__doc__.split("\n\n")[0].split(": ", 1)[-1].replace("``", ""))
     add_arguments(ap)
     return _finish(ap.parse_args(argv))
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The ``bench`` options (shared by :func:`main` and ``python -m ozaki_backend``)."""
-    ap.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)),
+    # Every value is checked as it is parsed (a bad one is a usage error naming it),
+    # not when the measurement that would use it starts.
+    ap.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)), type=int_list(1),
                     help="square sizes n, comma separated (default %(default)s)")
     ap.add_argument("--shapes", default=_DEFAULT_SHAPES_TEXT, type=_checked_shapes,
                     help=f"extra {SHAPES_HELP}, separated by ';' ('' for none; default "
                          "%(default)s)")
     ap.add_argument("--moduli", default=",".join(map(str, DEFAULT_MODULI)),
+                    type=int_list(MIN_MODULI, MAX_MODULI),
                     help="moduli counts to time besides the fp64 and bits=34 plans")
-    ap.add_argument("--modes", default="fast,accurate",
+    ap.add_argument("--modes", default="fast,accurate", type=choice_list(("fast", "accurate")),
                     help="scaling modes to time, comma separated (default %(default)s)")
-    ap.add_argument("--phis", default="-1,0.5,1",
+    ap.add_argument("--phis", default="-1,0.5,1", type=float_list,
                     help="test-matrix phi values, comma separated; < 0: standard normal "
                          "(default %(default)s)")
-    ap.add_argument("--reps", type=int, default=3,
+    ap.add_argument("--reps", type=int_at_least(1), default=3,
                     help="timed runs per product, median after a warm-up (default 3)")
-    ap.add_argument("--err-rows", type=int, default=32,
+    ap.add_argument("--err-rows", type=int_at_least(1), default=32,
                     help="rows of the double-double reference for the errors (default 32)")
-    ap.add_argument("--numpy-max", type=int, default=8192 * 8192,
+    ap.add_argument("--numpy-max", type=int_at_least(0), default=8192 * 8192,
                     help="largest m*n for the NumPy in/out comparison (0: none)")
     ap.add_argument("--host", action="store_true",
                     help="run the host-path benchmark instead (NumPy operands through "
                          "every entry point); its options: bench --host --help")
-    ap.add_argument("--host-numpy-max", type=int, default=8192 * 8192,
+    ap.add_argument("--host-numpy-max", type=int_at_least(0), default=8192 * 8192,
                     help="largest m*n timed with NumPy on the host CPU")
-    ap.add_argument("--phase22-sizes", default="2048,8192",
+    ap.add_argument("--phase22-sizes", default="2048,8192", type=int_list(1),
                     help="n for the seed-scheme comparison with 28 bare INT8 GEMMs "
                          "('' skips it)")
-    ap.add_argument("--complex", default="", metavar="SIZES",
+    ap.add_argument("--complex", default="", metavar="SIZES", type=int_list(1),
                     help="also complex128 products at these square sizes (e.g. 4096,8192): "
                          "cuBLAS ZGEMM (CuPy matmul) against the emulation on device "
                          "operands, and NumPy in/out (matmul(engine='cuda'), @ inside "
@@ -489,23 +494,33 @@ def run(args, argv=()) -> int:
     shapes = [(n, n, n) for n in (int(x) for x in args.sizes.split(",") if x)]
     shapes += _shapes_mkn(args.shapes)
 
-    def log(msg):
-        print(msg, flush=True)
-
     report["phase22"] = []
     report["complex"] = []
     if args.complex_only:
         shapes = []
         args.phase22_sizes = ""
+    complex_sizes = [int(x) for x in args.complex.split(",") if x]
+    phase22_sizes = [int(x) for x in args.phase22_sizes.split(",") if x]
+    # A status line with the time left (stderr, terminals only), each measurement
+    # weighed by its flops: a complex product is four real ones.
+    progress = Progress("bench", [8.0 * n ** 3 for n in complex_sizes]
+                        + [2.0 * m * n * k for m, k, n in shapes]
+                        + [2.0 * n ** 3 for n in phase22_sizes]).start()
+
+    def log(msg):
+        progress.clear()
+        print(msg, flush=True)
+
     def done_one():
         """After each measurement: free the pool, and keep the partial results in the
         JSON file if a later measurement dies."""
+        progress.step()
         cp.get_default_memory_pool().free_all_blocks()
         if args.json:
             _write(args.json, to_document(report, machine, command, reps=args.reps,
                                           err_rows=args.err_rows, commit=commit))
 
-    for n in (int(x) for x in args.complex.split(",") if x):
+    for n in complex_sizes:
         log(f"complex128 n = {n}")
         report["complex"].append(_bench_complex(cp, n, args, log))
         done_one()
@@ -513,10 +528,11 @@ def run(args, argv=()) -> int:
         log(f"shape {SHAPE_HEADER} = {format_shape(m, n, k)}")
         report["results"].append(_bench_shape(cp, m, k, n, args, log))
         done_one()
-    for n in (int(x) for x in args.phase22_sizes.split(",") if x):
+    for n in phase22_sizes:
         log(f"phase22 n = {n}")
         report["phase22"].append(_bench_phase22(cp, n, args, log))
         done_one()
+    progress.close()
     print()
     if shapes:
         print(_table(report))

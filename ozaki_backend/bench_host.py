@@ -35,6 +35,7 @@ import time
 
 import numpy as np
 
+from ._cli import Parser, Progress, int_at_least
 from .shapes import HELP as SHAPES_HELP
 from .shapes import format_shape, parse_shape
 
@@ -45,28 +46,91 @@ DEFAULT_GRID = ("256;512;1024;2048;4096;8192;16384;100000,100000,64;64,64,100000
 TARGET_RATIO = 1.03
 
 
+#: The defaults of ``--n``, ``--gram`` and ``--grid`` for the engine that will run: the
+#: GPU's are the sizes where routing matters; the CPU engine's finish in about a minute
+#: on a small machine (it is a reference, far slower than BLAS).
+ENGINE_DEFAULTS = {
+    "cuda": {"n": 8192, "gram": "60000x4096", "grid": DEFAULT_GRID},
+    "cpu": {"n": 256, "gram": "4000x128", "grid": "64;128;256;512"},
+}
+
+
+def _gram(text):
+    """``--gram``: ``ROWSxCOLS`` with both >= 1, or ``''`` (argparse type)."""
+    if not text.strip():
+        return ""
+    try:
+        rows, cols = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        rows = cols = 0
+    if rows < 1 or cols < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be ROWSxCOLS with both >= 1 (e.g. 60000x4096), or '' to skip; "
+            f"got {text!r}")
+    return text
+
+
+def _grid(text):
+    """``--grid``: shapes separated by ';', each checked (argparse type)."""
+    for part in text.split(";"):
+        if part.strip():
+            parse_shape(part)
+    return text
+
+
 def _parse(argv):
-    ap = argparse.ArgumentParser(prog="python -m ozaki_backend bench --host",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n", type=int, default=8192, help="size of the entry-point rows")
-    ap.add_argument("--gram", default="60000x4096",
-                    help="X's shape ROWSxCOLS for X.T @ X and Ridge ('' skips both)")
-    ap.add_argument("--grid", default=DEFAULT_GRID,
-                    help="product shapes separated by ';' ('' skips the grid): "
-                         + SHAPES_HELP)
-    ap.add_argument("--reps", type=int, default=5, help="timed runs per row (median)")
-    ap.add_argument("--grid-reps", type=int, default=3)
-    ap.add_argument("--engine", choices=("auto", "cpu", "cuda"), default="auto")
+    ap = Parser(prog="python -m ozaki_backend bench --host",
+                description="NumPy operands in, NumPy result out, inside enabled(), for "
+                            "every entry point, next to plain NumPy on the host.")
+    cpu, gpu = ENGINE_DEFAULTS["cpu"], ENGINE_DEFAULTS["cuda"]
+    ap.add_argument("--n", type=int_at_least(0), default=None,
+                    help=f"size of the entry-point rows, 0 skips them (default "
+                         f"{gpu['n']} on the GPU, {cpu['n']} on the CPU engine)")
+    ap.add_argument("--gram", default=None, type=_gram,
+                    help=f"X's shape ROWSxCOLS for X.T @ X and Ridge, '' skips both "
+                         f"(default {gpu['gram']} on the GPU, {cpu['gram']} on the CPU "
+                         f"engine)")
+    ap.add_argument("--grid", default=None, type=_grid,
+                    help=f"product shapes separated by ';', '' skips the grid (default: "
+                         f"{len(gpu['grid'].split(';'))} shapes from 256 to 100000 on the "
+                         f"GPU, {cpu['grid']} on the CPU engine): " + SHAPES_HELP)
+    ap.add_argument("--reps", type=int_at_least(1), default=5,
+                    help="timed runs per row, median (default 5)")
+    ap.add_argument("--grid-reps", type=int_at_least(1), default=3,
+                    help="timed runs per grid shape, median (default 3)")
+    ap.add_argument("--engine", type=str.lower, choices=("auto", "cpu", "cuda"),
+                    default="auto", help="engine of the routed calls (default auto)")
     ap.add_argument("--no-ridge", action="store_true", help="skip scikit-learn's Ridge")
     ap.add_argument("--no-scipy", action="store_true", help="skip SciPy's dgemm")
     ap.add_argument("--json", metavar="FILE", help="write the results as JSON")
     args = ap.parse_args(argv)
-    try:
-        args.grid_shapes = [parse_shape(s) for s in args.grid.split(";") if s.strip()]
-    except argparse.ArgumentTypeError as exc:
-        ap.error(f"--grid: {exc}")
+    if None in (args.n, args.gram, args.grid):
+        from . import registry
+
+        defaults = ENGINE_DEFAULTS[registry.resolve_name(args.engine)[0]]
+        for key in ("n", "gram", "grid"):
+            if getattr(args, key) is None:
+                setattr(args, key, defaults[key])
+    args.grid_shapes = [parse_shape(s) for s in args.grid.split(";") if s.strip()]
     args.gram_shape = tuple(int(v) for v in args.gram.lower().split("x")) if args.gram else None
+    if not (args.n or args.gram_shape or args.grid_shapes):
+        ap.error("nothing to measure: --n 0, --gram '' and --grid '' skip every row")
     return args
+
+
+def _row_weights(args):
+    """The flops of each row :func:`run` will log, in order (the progress line's
+    weights)."""
+    import importlib.util
+
+    n = args.n
+    w = [2.0 * n ** 3] * ((2 + (not args.no_scipy)) if n else 0)
+    if args.gram_shape:
+        rows, k = args.gram_shape
+        ridge = not args.no_ridge and importlib.util.find_spec("sklearn") is not None
+        w += [2.0 * rows * k * k] * (2 + ridge)
+    w += [2.0 * m * nn * k for m, nn, k in args.grid_shapes]
+    return w
 
 
 # ----------------------------------------------------------------------------- timing
@@ -370,7 +434,14 @@ def table(report) -> str:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parse(argv)
-    report = run(args, log=lambda s: print(s, flush=True))
+    # The status line (stderr, terminals only) counts the logged table rows.
+    progress = Progress("bench --host", _row_weights(args)).start()
+    try:
+        report = run(args, log=progress.wrap(lambda s: print(s, flush=True),
+                                             counts=lambda s: " NumPy " in s
+                                             and " ratio " in s))
+    finally:
+        progress.close()
     report["command"] = "python -m ozaki_backend bench --host " + shlex.join(argv)
     print()
     print(table(report))

@@ -24,6 +24,7 @@ import time
 
 import numpy as np
 
+from ._cli import Parser, Progress, int_at_least
 from .shapes import HELP as SHAPES_HELP
 from .shapes import format_shape, parse_shape
 
@@ -345,10 +346,13 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--shapes", type=_shape, nargs="+", default=None, metavar="SHAPE",
                     help=SHAPES_HELP + " (default: cubes 1024 to 16384 and two skinny "
                          "shapes)")
-    ap.add_argument("--moduli", type=int, default=15, help="moduli count (default 15)")
+    from .spec.moduli import MAX_MODULI, MIN_MODULI
+
+    ap.add_argument("--moduli", type=int_at_least(MIN_MODULI, MAX_MODULI), default=15,
+                    help=f"moduli count, {MIN_MODULI} to {MAX_MODULI} (default 15)")
     ap.add_argument("--mode", type=str.lower, choices=("fast", "accurate"), default="fast",
                     help="scaling mode of the timed products (default fast)")
-    ap.add_argument("--repeats", type=int, default=5,
+    ap.add_argument("--repeats", type=int_at_least(1), default=5,
                     help="timed runs per variant, median after a warm-up (default 5)")
     where = ap.add_mutually_exclusive_group()
     where.add_argument("--output", metavar="FILE", default=None,
@@ -372,7 +376,8 @@ def run(args) -> int:
         ok, why = availability()
         if not ok:
             print(f"no usable GPU ({why}): measuring the host rates only")
-        path = measure_rates(args.rates_output, device=ok, repeats=args.repeats)
+        path = measure_rates(args.rates_output, device=ok, repeats=args.repeats,
+                             log=_progress_log("tune: host rates", HOST_SHAPES))
         print(f"wrote the cost model's rates to {path}")
         return 0
     try:
@@ -383,8 +388,10 @@ def run(args) -> int:
         print(f"ozaki_backend tune: error: needs a CUDA GPU through CuPy ({exc})",
               file=sys.stderr)
         return 1
-    kw = {} if args.shapes is None else {"shapes": args.shapes}
-    name, record = measure(n_moduli=args.moduli, mode=args.mode, repeats=args.repeats, **kw)
+    shapes = DEFAULT_SHAPES if args.shapes is None else args.shapes
+    name, record = measure(shapes, n_moduli=args.moduli, mode=args.mode,
+                           repeats=args.repeats,
+                           log=_progress_log("tune: GEMM paths", shapes))
     if args.dry_run:
         return 0
     path = args.output
@@ -394,13 +401,23 @@ def run(args) -> int:
         path = tuning_files.table_path()
     path = write_table(name, record, path)
     print(f"wrote {len(record['entries'])} entries for {name} to {path}")
-    path = measure_rates(args.rates_output, repeats=args.repeats)
+    path = measure_rates(args.rates_output, repeats=args.repeats,
+                         log=_progress_log("tune: rates", HOST_SHAPES))
     print(f"wrote the cost model's rates to {path}")
     return 0
 
 
+def _progress_log(label, shapes):
+    """``print`` for the measurements' ``log=``, with a status line and the time left
+    on stderr (terminals only): :func:`measure` and :func:`measure_host_rates` log one
+    line per shape, each weighed by its flops; later lines (the device rates) print
+    under a finishing status."""
+    progress = Progress(label, [2.0 * m * k * n for m, k, n in shapes]).start()
+    return progress.wrap(lambda line: print(line, flush=True))
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ozaki_backend tune",
-                                 description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="python -m ozaki_backend tune",
+                description=__doc__.split("\n\n")[0].split(": ", 1)[-1].replace("``", ""))
     add_arguments(ap)
     return run(ap.parse_args(argv))
