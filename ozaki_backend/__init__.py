@@ -27,7 +27,15 @@ Layers, bottom up (``docs/architecture.md``): ``spec`` (constants and rules) →
 ``_api`` → ``dispatch`` → tools (``bench``, ``tune``, ``demo``).
 """
 
-from . import plan
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    # To a type checker ``ozaki_backend.plan`` is the factory it is called as (a module
+    # is not callable to it); at run time it is the module, made callable
+    # (ozaki_backend/plan.py, _CallableModule), so ``import ozaki_backend.plan`` works.
+    from .plan import plan as plan
+else:
+    from . import plan
 from ._api import matmul
 from ._version import __version__
 from ._warnings import (ConfigurationWarning, EngineUnavailableError, FallbackWarning,

@@ -10,8 +10,10 @@ array library itself, so bad input raises exactly what NumPy (or CuPy) raises.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any, Literal, overload
 
 import numpy as np
+from numpy.typing import NDArray
 
 from . import _native, _options, _stats, registry, semantics
 from .engine import OVERFLOW, workspace_limit
@@ -22,9 +24,36 @@ from .plan import Plan, bind
 DECLINED = object()
 
 
-def matmul(a, b, *, precision="fp64", bits=None, moduli=None, mode="accurate",
-           scheme="ozaki2", engine="auto", out=None, residual=False, return_bound=False,
-           workspace=None):
+# The result's type follows the operands: NumPy arrays give NumPy arrays; CuPy, PyTorch,
+# JAX ... arrays give arrays of their own library, which a type checker cannot name
+# without importing those libraries (Any). return_bound=True adds the bound.
+@overload
+def matmul(a: NDArray[Any], b: NDArray[Any], *, precision: str = ..., bits: int | None = ...,
+           moduli: int | None = ..., mode: str = ..., scheme: str = ..., engine: str = ...,
+           out: NDArray[Any] | None = ..., residual: bool = ...,
+           return_bound: Literal[False] = ..., workspace: int | str | None = ...
+           ) -> NDArray[Any]: ...
+@overload
+def matmul(a: NDArray[Any], b: NDArray[Any], *, precision: str = ..., bits: int | None = ...,
+           moduli: int | None = ..., mode: str = ..., scheme: str = ..., engine: str = ...,
+           out: NDArray[Any] | None = ..., residual: bool = ..., return_bound: Literal[True],
+           workspace: int | str | None = ...) -> tuple[NDArray[Any], NDArray[Any]]: ...
+@overload
+def matmul(a: Any, b: Any, *, precision: str = ..., bits: int | None = ...,
+           moduli: int | None = ..., mode: str = ..., scheme: str = ..., engine: str = ...,
+           out: Any = ..., residual: bool = ..., return_bound: Literal[True],
+           workspace: int | str | None = ...) -> tuple[Any, Any]: ...
+@overload
+def matmul(a: Any, b: Any, *, precision: str = ..., bits: int | None = ...,
+           moduli: int | None = ..., mode: str = ..., scheme: str = ..., engine: str = ...,
+           out: Any = ..., residual: bool = ..., return_bound: bool = ...,
+           workspace: int | str | None = ...) -> Any: ...
+
+
+def matmul(a: Any, b: Any, *, precision: str = "fp64", bits: int | None = None,
+           moduli: int | None = None, mode: str = "accurate", scheme: str = "ozaki2",
+           engine: str = "auto", out: Any = None, residual: bool = False,
+           return_bound: bool = False, workspace: int | str | None = None) -> Any:
     """Matrix product of float64 operands computed with INT8 GEMMs (Ozaki scheme II).
 
     Same semantics as :func:`numpy.matmul`: 1-D operands are promoted and the added

@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 import sys
 import types
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +35,7 @@ from .spec.seed import PRIMES as PHASE22_PRIMES
 _bound = {"execute": None, "moduli_for": None}
 
 
-def bind(*, execute, moduli_for) -> None:
+def bind(*, execute: Callable[..., Any], moduli_for: Callable[[Any, Any, Plan], int]) -> None:
     """Install the functions :meth:`Plan.matmul` and :meth:`Plan.resolve` call.
 
     Parameters
@@ -49,8 +51,9 @@ def bind(*, execute, moduli_for) -> None:
     _bound["moduli_for"] = moduli_for
 
 
-def plan(m, n, k, *, precision="fp64", bits=None, moduli=None, mode="accurate",
-         scheme="ozaki2", engine="auto", residual=False):
+def plan(m: int, n: int, k: int, *, precision: str = "fp64", bits: int | None = None,
+         moduli: int | None = None, mode: str = "accurate", scheme: str = "ozaki2",
+         engine: str = "auto", residual: bool = False) -> Plan:
     """The plan for an ``(m, k) @ (k, n)`` product.
 
     Parameters
@@ -113,8 +116,9 @@ class Plan:
                  "k_split", "k_chunk", "workspace_bytes", "rule", "residual", "options",
                  "adaptive", "moduli_range", "expected_moduli", "_resolved")
 
-    def __init__(self, m, n, k, *, precision="fp64", bits=None, moduli=None,
-                 mode="accurate", scheme="ozaki2", engine="auto", residual=False):
+    def __init__(self, m: int, n: int, k: int, *, precision: str = "fp64",
+                 bits: int | None = None, moduli: int | None = None, mode: str = "accurate",
+                 scheme: str = "ozaki2", engine: str = "auto", residual: bool = False) -> None:
         opts = _options.normalize(precision=precision, bits=bits, moduli=moduli, mode=mode,
                                   scheme=scheme, engine=engine, residual=residual)
         dims = []
@@ -189,7 +193,7 @@ class Plan:
     def log2_M(self) -> float:
         return math.log2(math.prod(self.moduli))
 
-    def for_count(self, n_moduli: int) -> "Plan":
+    def for_count(self, n_moduli: int) -> Plan:
         """The fixed-count plan an adaptive plan uses when its certificate chooses
         ``n_moduli``; a fixed-count plan returns itself."""
         if not self.adaptive:
@@ -204,7 +208,7 @@ class Plan:
             self._resolved[n_moduli] = p
         return p
 
-    def moduli_for(self, a, b):
+    def moduli_for(self, a: Any, b: Any) -> int:
         """The number of moduli a product of finite ``a (m, k)``, ``b (k, n)`` uses with
         this plan: its own count when fixed; for ``precision="fp64"`` the fewest whose
         certificate meets the target a priori (computed where the operands live,
@@ -215,7 +219,7 @@ class Plan:
             return self.n_moduli   # complex products count on their own table (§11)
         return _bound["moduli_for"](a, b, self)
 
-    def resolve(self, a, b) -> "Plan":
+    def resolve(self, a: Any, b: Any) -> Plan:
         """The fixed-count plan a product of ``a (m, k)`` and ``b (k, n)`` uses:
         ``resolve(a, b).matmul(a, b)`` gives the same bits as ``matmul(a, b)`` whenever
         the product is certified a priori or a posteriori (not when it takes the
@@ -224,20 +228,22 @@ class Plan:
             return self
         return self.for_count(self.moduli_for(a, b))
 
-    def matmul(self, a, b, *, engine=None, out=None, alpha=1.0, beta=0.0, c=None):
-        """Multiply with this plan (shapes must match the plan's m, n, k)."""
+    def matmul(self, a: Any, b: Any, *, engine: str | None = None, out: Any = None,
+               alpha: float = 1.0, beta: float = 0.0, c: Any = None) -> Any:
+        """Multiply with this plan (shapes must match the plan's m, n, k); the result is
+        an array of the operands' library, as :func:`ozaki_backend.matmul` returns."""
         return _bound["execute"](self, a, b, engine=engine or self.options["engine"],
                                  out=out, alpha=alpha, beta=beta, c=c)
 
-    def key(self):
+    def key(self) -> tuple[object, ...]:
         """Hashable identity: equal keys give bitwise equal results."""
         return (self.scheme, self.mode, self.moduli, self.m, self.n, self.k, self.residual,
                 self.adaptive)
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, Plan) and self.key() == other.key()
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash(self.key())
 
     def __repr__(self) -> str:
@@ -279,9 +285,14 @@ class Plan:
 class _CallableModule(types.ModuleType):
     """``ozaki_backend.plan`` is this module *and* the :func:`plan` factory: calling the
     module calls :func:`plan`, so ``ozaki_backend.plan(m, n, k)`` and
-    ``import ozaki_backend.plan`` both work."""
+    ``import ozaki_backend.plan`` both work.
 
-    def __call__(self, m, n, k, **options):
+    Type checkers see ``ozaki_backend.plan`` as the :func:`plan` function (the
+    package's ``__init__`` imports it so under ``TYPE_CHECKING``): a module is not
+    callable to them, and the factory is what the name is for.
+    """
+
+    def __call__(self, m: int, n: int, k: int, **options: Any) -> Plan:
         return plan(m, n, k, **options)
 
 
