@@ -126,6 +126,11 @@ def matmul(a: Any, b: Any, *, precision: str = "fp64", bits: int | None = None,
     compute in float64, and operands containing NaN or infinity, are computed by
     NumPy itself (the result is exactly NumPy's); so are calls NumPy would reject,
     which therefore raise NumPy's own exception.
+
+    An ``ndarray`` subclass comes back as :func:`numpy.matmul` returns it: the product
+    is computed on the arrays' data and handed to the subclass's ``__array_wrap__`` as
+    NumPy's ufunc does, so an ``np.matrix`` stays a matrix, and a masked array gets
+    the mask (or the error) NumPy's ``matmul`` gives it.
     """
     opts = _options.normalize(precision=precision, bits=bits, moduli=moduli, mode=mode,
                               scheme=scheme, engine=engine, residual=residual,
@@ -134,8 +139,37 @@ def matmul(a: Any, b: Any, *, precision: str = "fp64", bits: int | None = None,
         if opts["scheme"] != "ozaki2":
             raise ValueError("return_bound=True needs scheme='ozaki2' (the seed scheme "
                              "has no certificate)")
-        return product(a, b, opts, out=out, return_bound=True)
-    return product(a, b, opts, out=out)
+        res, bound = product(a, b, opts, out=out, return_bound=True)
+        wrapper = _subclass_wrapper(a, b, out)
+        if wrapper is None:
+            return res, bound
+        return _wrap(wrapper, res, a, b), _wrap(wrapper, bound, a, b)
+    res = product(a, b, opts, out=out)
+    wrapper = _subclass_wrapper(a, b, out)
+    return res if wrapper is None else _wrap(wrapper, res, a, b)
+
+
+def _subclass_wrapper(a: Any, b: Any, out: Any) -> np.ndarray | None:
+    """The operand whose ``__array_wrap__`` :func:`numpy.matmul` calls on its result,
+    or None: NumPy's rule, the ``ndarray`` subclass operand of highest
+    ``__array_priority__`` (the first on a tie); none when ``out=`` is given (NumPy
+    returns ``out`` as it is) or when the subclass takes over ufuncs itself
+    (``__array_ufunc__``: the array-API path handles those)."""
+    if out is not None:
+        return None
+    subs = [x for x in (a, b) if isinstance(x, np.ndarray) and type(x) is not np.ndarray
+            and type(x).__array_ufunc__ is np.ndarray.__array_ufunc__]
+    if not subs:
+        return None
+    return max(subs, key=lambda x: float(getattr(x, "__array_priority__", 0.0)))
+
+
+def _wrap(wrapper: np.ndarray, res: Any, a: Any, b: Any) -> Any:
+    # NumPy's ufunc wraps with the inputs as context and returns a scalar for a 0-d
+    # result (1-D @ 1-D); the subclass decides (a masked array computes its mask here
+    # from the inputs' masks, and raises where NumPy's matmul raises).
+    arr = np.asarray(res)
+    return wrapper.__array_wrap__(arr, (np.matmul, (a, b), 0), arr.ndim == 0)
 
 
 def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None,
