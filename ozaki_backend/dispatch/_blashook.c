@@ -22,11 +22,18 @@
  * builds zero-copy ndarray views from the pointers, leading dimensions, transposes and
  * storage order, and calls the Python router (blashook._route_gemm / _route_syrk).
  * Any error there is cleared and counted, and the saved BLAS function computes the
- * product; a KeyboardInterrupt is re-delivered afterwards, as in the loop hook.
+ * product. A KeyboardInterrupt (Ctrl-C during a routed product) abandons the product
+ * instead: the BLAS function does not run (a native recomputation would only delay the
+ * interrupt by the whole product), the output is filled with NaN (NumPy's caller gets
+ * it back before the interpreter raises, so it must not pass for a result), and the
+ * interrupt is re-delivered with PyErr_SetInterrupt(): NumPy's callers cannot return
+ * an exception from here, the interpreter raises KeyboardInterrupt at its next check,
+ * right after the NumPy call returns.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <fenv.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -178,11 +185,12 @@ call_python(int kind, PyObject *args, int *interrupted)
     Py_DECREF(res);
     goto done;
 fail:
-    BUMP(b_errors);
-    if (PyErr_Occurred()) {
-        if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) *interrupted = 1;
-        PyErr_Clear();
+    if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+        *interrupted = 1;   /* abandoned, re-delivered by the caller: not an error */
+    } else {
+        BUMP(b_errors);
     }
+    PyErr_Clear();
     handled = 0;
 done:
     Py_XDECREF(args);
@@ -258,8 +266,27 @@ syrk_args(int order, int uplo, int trans, long long N, long long K, double alpha
     fesetexceptflag(&fpflags, FE_ALL_EXCEPT);                                          \
     if (handled == 2) feraiseexcept(FE_OVERFLOW);                                      \
     PyGILState_Release(st);                                                            \
-    if (interrupted) PyErr_SetInterrupt();                                             \
+    if (interrupted) {                                                                 \
+        ABANDON;                                                                       \
+        PyErr_SetInterrupt();  /* async-signal-safe: needs no GIL */                   \
+        return 1;              /* abandoned: the caller must not run the BLAS */       \
+    }                                                                                  \
     return handled != 0;
+
+/* The output of an abandoned product: NaN in the rows x cols matrix C (leading
+ * dimension ldc, `order`), or in its `uplo` triangle for dsyrk (uplo 0: all of it). */
+static void
+fill_nan(int order, long long rows, long long cols, double *C, long long ldc, int uplo)
+{
+    long long i, j;
+    const double nan = NAN;
+    for (i = 0; i < rows; i++) {
+        for (j = 0; j < cols; j++) {
+            if ((uplo == UPPER && j < i) || (uplo == LOWER && j > i)) continue;
+            C[order == ROW_MAJOR ? i * ldc + j : i + j * ldc] = nan;
+        }
+    }
+}
 
 static int
 route_gemm(int order, int ta, int tb, long long M, long long N, long long K, double alpha,
@@ -273,8 +300,10 @@ route_gemm(int order, int ta, int tb, long long M, long long N, long long K, dou
         return 0;
     }
     {
+#define ABANDON fill_nan(order, M, N, C, ldc, 0)
         ROUTE_BODY(GEMM, gemm_args(order, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
                                    ldc))
+#undef ABANDON
     }
 }
 
@@ -287,7 +316,9 @@ route_syrk(int order, int uplo, int trans, long long N, long long K, double alph
         return 0;
     }
     {
+#define ABANDON fill_nan(order, N, N, C, ldc, uplo)
         ROUTE_BODY(SYRK, syrk_args(order, uplo, trans, N, K, alpha, A, lda, beta, C, ldc))
+#undef ABANDON
     }
 }
 

@@ -22,16 +22,21 @@
  * exact buffers (inputs read-only), valid only for the duration of the call.
  *
  * Error policy: the hook never lets a Python exception escape into NumPy. Any error in
- * the routed path is cleared, counted, and the original loop computes the result. The
- * one exception: a warning raised as an error (the user's filters, e.g. -W error on a
- * FallbackWarning) stays set after the original loop, and NumPy raises it.
- * A KeyboardInterrupt is re-delivered with PyErr_SetInterrupt() after the original
- * loop has produced a correct result, so Ctrl-C still works.
+ * the routed path is cleared, counted, and the original loop computes the result. Two
+ * exceptions stay set, and NumPy raises them from the ufunc call once the loop returns:
+ * a warning raised as an error (the user's filters, e.g. -W error on a FallbackWarning;
+ * the original loop computes the product first, as NumPy would before raising), and a
+ * KeyboardInterrupt (Ctrl-C during a routed product). The interrupt abandons the
+ * product: the original loop does not run (recomputing natively would only delay the
+ * interrupt by the whole native product), the output is left unwritten, and the
+ * loop's further invocations of the same ufunc call return at once.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <fenv.h>
 #include <math.h>
+#include <stddef.h>
+#include <string.h>
 
 /* One NumPy API table for both sources of the extension (_blashook.c uses it too). */
 #define PY_ARRAY_UNIQUE_SYMBOL ozb_PyArray_API
@@ -66,13 +71,21 @@ static volatile long long g_errors = 0;  /* exceptions cleared in the routed pat
 static _Thread_local long t_in_backend = 0;
 #define COUNT(x) do { if (t_in_backend == 0) BUMP(x); } while (0)
 
+/* call_router's result when a KeyboardInterrupt abandoned the product (left set). */
+#define ABANDONED 3
+
+/* Set on a thread whose ufunc call was abandoned by a KeyboardInterrupt, so that the
+ * loop's further invocations for the same call return without computing; cleared by
+ * the next invocation that finds no exception pending (a new call). */
+static _Thread_local int t_abandoned = 0;
+
 static int
-call_router(char **args, npy_intp const *dims, npy_intp const *steps, int *interrupted,
-            int typenum)
+call_router(char **args, npy_intp const *dims, npy_intp const *steps, int typenum)
 {
     /* Returns 1 when the router computed the product into args[2], 2 when it did and
-     * some element overflowed to +-inf (finite operands), else 0.
-     * Called with the GIL held; leaves no exception set. */
+     * some element overflowed to +-inf (finite operands), ABANDONED when a
+     * KeyboardInterrupt stopped it (the exception is left set for NumPy to raise), else
+     * 0. Called with the GIL held; leaves no new exception set otherwise. */
     PyObject *cb = g_callback, *a = NULL, *b = NULL, *o = NULL, *res = NULL;
     PyObject *et, *ev, *etb;
     int handled = 0;
@@ -116,6 +129,18 @@ call_router(char **args, npy_intp const *dims, npy_intp const *steps, int *inter
     goto done;
 
 fail:
+    if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+        /* Ctrl-C while the product was routed: it propagates from the ufunc call, and
+         * the product is abandoned (ABANDONED: the caller does not run the original
+         * loop). An exception pending from before the call gives way to it, as a new
+         * exception replaces a pending one in Python. Not an error of the hook. */
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(etb);
+        PyErr_Fetch(&et, &ev, &etb);
+        handled = ABANDONED;
+        goto done;
+    }
     if (et == NULL && PyErr_ExceptionMatches(PyExc_Warning)) {
         /* A warning the user's filters turned into an error (-W error): counted on the
          * Python side; keep it set so that NumPy raises it from the ufunc call once
@@ -125,9 +150,6 @@ fail:
         goto done;
     }
     BUMP(g_errors);
-    if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
-        *interrupted = 1;
-    }
     PyErr_Clear();
     handled = 0;
 done:
@@ -166,6 +188,18 @@ hook_body(char **args, npy_intp const *dimensions, npy_intp const *steps, void *
         orig(args, dimensions, steps, data);
         return;
     }
+    if (UNLIKELY(t_abandoned)) {
+        /* A KeyboardInterrupt abandoned an earlier invocation on this thread: if it is
+         * still pending, this invocation belongs to the same ufunc call, which NumPy
+         * is about to fail with it. */
+        PyGILState_STATE st = PyGILState_Ensure();
+        int pending = PyErr_Occurred() != NULL;
+        PyGILState_Release(st);
+        if (pending) {
+            return;
+        }
+        t_abandoned = 0;
+    }
     if (UNLIKELY(IS_FINALIZING()) || t_inside) {
         /* No Python calls while the interpreter shuts down (enable() is still in
          * force then, and objects being torn down may still multiply), nor for the
@@ -174,7 +208,7 @@ hook_body(char **args, npy_intp const *dimensions, npy_intp const *steps, void *
         return;
     }
     {
-        int interrupted = 0, handled;
+        int handled;
         /* NumPy may have released the GIL around this loop (N*m*p > 500). */
         PyGILState_STATE st = PyGILState_Ensure();
         /* NumPy reads the floating-point status flags after the loop to raise its
@@ -188,7 +222,7 @@ hook_body(char **args, npy_intp const *dimensions, npy_intp const *steps, void *
         /* The router (and the engine it runs) may call NumPy's BLAS: the BLAS hook
          * must let those calls through untouched. */
         t_inside = 1;
-        handled = call_router(args, dimensions, steps, &interrupted, typenum);
+        handled = call_router(args, dimensions, steps, typenum);
         fesetexceptflag(&fpflags, FE_ALL_EXCEPT);
         /* A routed product that overflowed reports it as NumPy's own loop would: the
          * overflow flag, which NumPy turns into its "overflow encountered in matmul"
@@ -199,15 +233,14 @@ hook_body(char **args, npy_intp const *dimensions, npy_intp const *steps, void *
         /* Back to NumPy's own GIL state before its GEMM runs, so that a declined
          * large product does not stall every other Python thread. */
         PyGILState_Release(st);
-        if (!handled) {
+        if (handled == ABANDONED) {
+            t_abandoned = 1;
+        } else if (!handled) {
             /* Already decided (and counted) in Python: NumPy's loop calls BLAS for
              * this very product, which the BLAS hook must not decide again. */
             orig(args, dimensions, steps, data);
         }
         t_inside = was_inside;
-        if (interrupted) {
-            PyErr_SetInterrupt();   /* async-signal-safe: needs no GIL */
-        }
     }
 }
 
@@ -223,6 +256,343 @@ hooked_loop_cplx(char **args, npy_intp const *dimensions, npy_intp const *steps,
 {
     hook_body(args, dimensions, steps, data, g_orig_cplx, NPY_CDOUBLE);
 }
+
+/* ------------------------------------------------------------ the wrappers' fast path
+ *
+ * NumPy's module-level products (np.dot, np.inner, np.tensordot, np.einsum) and SciPy's
+ * dgemm are rebound to wrappers (numpy_wrappers.py, scipy_blas.py). A wrapper is a
+ * FastWrapper: a callable that decides in C, without building a Python frame, the
+ * products no scope can route (vector shaped, or below the smallest floor of the active
+ * scopes, the same two integers the loop hook reads) and calls NumPy's function for
+ * them at once; everything else goes to the Python wrapper (`slow`), which decides,
+ * routes and counts as before. Inside a scope a declined small product then costs a
+ * few tens of nanoseconds instead of the Python path's tens of microseconds (3 million
+ * matrix-vector np.dot calls in a statsmodels test suite). It only ever decides
+ * "native": anything it does not fully understand goes to `slow`.
+ */
+
+enum { FW_DOT = 0, FW_INNER = 1, FW_TENSORDOT = 2, FW_EINSUM = 3, FW_GEMM = 4,
+       FW_OTHER = 5 };
+enum { FW_SLOW = 0, FW_VECTOR = 1, FW_BELOW = 2 };
+
+/* Statistics like the loop hook's (only while some scope is active). */
+static volatile long long w_below = 0, w_vector = 0;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *original;   /* NumPy's / SciPy's function */
+    PyObject *slow;       /* the Python wrapper: decides, routes, counts */
+    PyObject *dict;       /* functools.wraps' attributes, SciPy's, ours */
+    int kind;
+    vectorcallfunc vectorcall;
+} FastWrapper;
+
+/* prod(shape[lo:hi]) as a double (the counts are compared with the floor only). */
+static double
+dims_prod(PyArrayObject *x, int lo, int hi)
+{
+    double p = 1.0;
+    int i;
+    for (i = lo; i < hi; i++) p *= (double)PyArray_DIM(x, i);
+    return p;
+}
+
+/* m, n, k of a matrix product of a and b as `kind` reads them; FW_SLOW when not sure. */
+static int
+fw_shape(int kind, PyArrayObject *a, PyArrayObject *b, PyObject *const *args,
+         Py_ssize_t nargs, double *mnk)
+{
+    int na = PyArray_NDIM(a), nb = PyArray_NDIM(b);
+    double m, n, k;
+    switch (kind) {
+    case FW_DOT:       /* N-d a against 2-d b */
+        if (na < 2 || nb < 2) return FW_VECTOR;
+        if (nb != 2) return FW_SLOW;
+        m = dims_prod(a, 0, na - 1);
+        k = (double)PyArray_DIM(a, na - 1);
+        n = (double)PyArray_DIM(b, 1);
+        break;
+    case FW_INNER:     /* contraction over the last axes */
+        if (na < 2 || nb < 2) return FW_VECTOR;
+        m = dims_prod(a, 0, na - 1);
+        n = dims_prod(b, 0, nb - 1);
+        k = (double)PyArray_DIM(a, na - 1);
+        break;
+    case FW_TENSORDOT: { /* axes=int only: the last `ax` of a with the first of b */
+        long ax = 2;
+        if (nargs >= 3) {
+            if (!PyLong_CheckExact(args[2])) return FW_SLOW;
+            ax = PyLong_AsLong(args[2]);
+            if (ax == -1 && PyErr_Occurred()) { PyErr_Clear(); return FW_SLOW; }
+        }
+        if (ax < 0 || ax > na || ax > nb) return FW_SLOW;
+        m = dims_prod(a, 0, na - (int)ax);
+        k = dims_prod(a, na - (int)ax, na);
+        n = dims_prod(b, (int)ax, nb);
+        break;
+    }
+    case FW_GEMM: {    /* SciPy's dgemm(alpha, a, b, ...): k is one side of a */
+        double a0, a1, kmin;
+        if (na != 2 || nb != 2) return FW_SLOW;
+        a0 = (double)PyArray_DIM(a, 0);
+        a1 = (double)PyArray_DIM(a, 1);
+        kmin = a0 < a1 ? a0 : a1;
+        if (kmin < 1.0) return FW_SLOW;
+        /* m*n*k = |a| |b| / k at most |a| |b| / min(a's sides), whatever the trans_a */
+        *mnk = a0 * a1 * dims_prod(b, 0, 2) / kmin;
+        return *mnk < (double)LOAD(g_floor) ? FW_BELOW : FW_SLOW;
+    }
+    default:
+        return FW_SLOW;
+    }
+    if (m < 2.0 || n < 2.0) return FW_VECTOR;
+    *mnk = m * n * k;
+    return *mnk < (double)LOAD(g_floor) ? FW_BELOW : FW_SLOW;
+}
+
+/* einsum("subscripts", a, b): m*n*k of its core product, the product of the sizes of
+ * every label that is not a batch label (in both operands and in the output). Only
+ * plain letters, one comma and an optional "->"; anything else (ellipsis, a repeated
+ * label in one operand, sizes that differ) is the Python side's. */
+static int
+fw_einsum(PyObject *subs, PyArrayObject *a, PyArrayObject *b)
+{
+    Py_ssize_t len, i;
+    const char *p;
+    long long size[128];
+    char where[128];  /* bit 1: in a, 2: in b, 4: in the output, 8: named in it */
+    int part = 0, pos[2] = {0, 0}, arrow = 0, lab;
+    double mnk = 1.0;
+    PyArrayObject *ops[2] = {a, b};
+
+    p = PyUnicode_AsUTF8AndSize(subs, &len);
+    if (p == NULL) { PyErr_Clear(); return FW_SLOW; }
+    memset(where, 0, sizeof(where));
+    for (i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c == ' ') continue;
+        if (c == ',') {
+            if (arrow || part == 1) return FW_SLOW;
+            part = 1;
+            continue;
+        }
+        if (c == '-') {
+            if (arrow || i + 1 >= len || p[i + 1] != '>' || part != 1) return FW_SLOW;
+            arrow = 1;
+            i++;
+            continue;
+        }
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))) return FW_SLOW;
+        if (arrow) {
+            if (where[c] & 8) return FW_SLOW;
+            where[c] |= 8 | 4;
+            continue;
+        }
+        if (where[c] & (1 << part)) return FW_SLOW;   /* a trace: Python's */
+        if (pos[part] >= PyArray_NDIM(ops[part])) return FW_SLOW;
+        {
+            long long d = (long long)PyArray_DIM(ops[part], pos[part]++);
+            if (where[c] & 3) {
+                if (size[c] != d) return FW_SLOW;     /* broadcasting: Python's */
+            } else {
+                size[c] = d;
+            }
+        }
+        where[c] |= (char)(1 << part);
+    }
+    if (part != 1 || pos[0] != PyArray_NDIM(a) || pos[1] != PyArray_NDIM(b)) {
+        return FW_SLOW;
+    }
+    if (!arrow) {  /* implicit output: the labels that appear once */
+        for (lab = 0; lab < 128; lab++) {
+            if ((where[lab] & 3) == 1 || (where[lab] & 3) == 2) where[lab] |= 4;
+        }
+    }
+    for (lab = 0; lab < 128; lab++) {
+        if ((where[lab] & 8) && !(where[lab] & 3)) return FW_SLOW;  /* NumPy raises */
+        if (!(where[lab] & 3)) continue;
+        if ((where[lab] & 7) == 7) continue;  /* a batch label */
+        mnk *= (double)size[lab];
+    }
+    return mnk < (double)LOAD(g_floor) ? FW_BELOW : FW_SLOW;
+}
+
+static PyObject *
+fw_vectorcall(PyObject *self_, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    FastWrapper *self = (FastWrapper *)self_;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    int verdict = FW_SLOW;
+    double mnk = 0.0;
+
+    if (LOAD(g_active) == 0 || t_inside || t_in_backend > 0) {
+        /* Nothing enabled anywhere, or the backend's own product: NumPy's function. */
+        return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+    }
+    switch (self->kind) {
+    case FW_DOT: case FW_INNER: case FW_TENSORDOT:
+        /* Operands by position, plain ndarrays; np.dot's out= keyword is allowed. */
+        if (nargs >= 2 && PyArray_CheckExact(args[0]) && PyArray_CheckExact(args[1])
+                && (kwnames == NULL || self->kind == FW_DOT)) {
+            verdict = fw_shape(self->kind, (PyArrayObject *)args[0],
+                               (PyArrayObject *)args[1], args, nargs, &mnk);
+        }
+        break;
+    case FW_EINSUM:
+        if (nargs == 3 && kwnames == NULL && PyUnicode_CheckExact(args[0])
+                && PyArray_CheckExact(args[1]) && PyArray_CheckExact(args[2])) {
+            verdict = fw_einsum(args[0], (PyArrayObject *)args[1],
+                                (PyArrayObject *)args[2]);
+        }
+        break;
+    case FW_GEMM:
+        if (nargs >= 3 && PyArray_CheckExact(args[1]) && PyArray_CheckExact(args[2])) {
+            verdict = fw_shape(FW_GEMM, (PyArrayObject *)args[1],
+                               (PyArrayObject *)args[2], args, nargs, &mnk);
+        }
+        break;
+    default:
+        break;
+    }
+    if (verdict == FW_VECTOR) {
+        BUMP(w_vector);
+        return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+    }
+    if (verdict == FW_BELOW) {
+        BUMP(w_below);
+        return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+    }
+    return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+}
+
+static PyObject *
+fw_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"original", "slow", "kind", NULL};
+    PyObject *original, *slow;
+    int kind;
+    FastWrapper *self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOi:FastWrapper", kwlist, &original,
+                                     &slow, &kind)) {
+        return NULL;
+    }
+    if (!PyCallable_Check(original) || !PyCallable_Check(slow)) {
+        PyErr_SetString(PyExc_TypeError, "FastWrapper(original, slow, kind) needs callables");
+        return NULL;
+    }
+    if (kind < 0 || kind > FW_OTHER) {
+        PyErr_SetString(PyExc_ValueError, "unknown FastWrapper kind");
+        return NULL;
+    }
+    self = (FastWrapper *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    Py_INCREF(original);
+    Py_INCREF(slow);
+    self->original = original;
+    self->slow = slow;
+    self->kind = kind;
+    self->vectorcall = fw_vectorcall;
+    return (PyObject *)self;
+}
+
+static int
+fw_traverse(FastWrapper *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->original);
+    Py_VISIT(self->slow);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int
+fw_clear(FastWrapper *self)
+{
+    Py_CLEAR(self->original);
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void
+fw_dealloc(FastWrapper *self)
+{
+    PyObject_GC_UnTrack(self);
+    fw_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+fw_descr_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    /* Bound like a function (and like NumPy's own dispatchers) when it is a class
+     * attribute. */
+    if (obj == NULL || obj == Py_None) {
+        Py_INCREF(self);
+        return self;
+    }
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *
+fw_reduce(PyObject *self, PyObject *noargs)
+{
+    /* Pickled by reference, as the function it stands for (module + qualified name). */
+    return PyObject_GetAttrString(self, "__qualname__");
+}
+
+static PyObject *
+fw_get_original(FastWrapper *self, void *closure)
+{
+    Py_INCREF(self->original);
+    return self->original;
+}
+
+static PyObject *
+fw_get_slow(FastWrapper *self, void *closure)
+{
+    Py_INCREF(self->slow);
+    return self->slow;
+}
+
+static PyObject *
+fw_get_kind(FastWrapper *self, void *closure)
+{
+    return PyLong_FromLong(self->kind);
+}
+
+static PyMethodDef fw_methods[] = {
+    {"__reduce__", fw_reduce, METH_NOARGS, "Pickled by reference (module and name)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef fw_getset[] = {
+    {"original", (getter)fw_get_original, NULL, "The function wrapped.", NULL},
+    {"slow", (getter)fw_get_slow, NULL, "The Python wrapper (decides and routes).", NULL},
+    {"kind", (getter)fw_get_kind, NULL, "Which argument convention the fast path reads.",
+     NULL},
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject FastWrapperType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ozaki_backend.dispatch._loophook.FastWrapper",
+    .tp_basicsize = sizeof(FastWrapper),
+    .tp_dealloc = (destructor)fw_dealloc,
+    .tp_vectorcall_offset = offsetof(FastWrapper, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
+                | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_doc = "FastWrapper(original, slow, kind): calls `original` for the products no "
+              "active scope can route (decided in C), `slow` for the others.",
+    .tp_traverse = (traverseproc)fw_traverse,
+    .tp_clear = (inquiry)fw_clear,
+    .tp_methods = fw_methods,
+    .tp_getset = fw_getset,
+    .tp_descr_get = fw_descr_get,
+    .tp_dictoffset = offsetof(FastWrapper, dict),
+    .tp_new = fw_new,
+};
 
 static PyObject *
 lh_install(PyObject *self, PyObject *callback)
@@ -315,8 +685,17 @@ lh_counters(PyObject *self, PyObject *noargs)
 }
 
 static PyObject *
+lh_wrapper_counters(PyObject *self, PyObject *noargs)
+{
+    return Py_BuildValue("{s:L,s:L}", "below_floor", (long long)LOAD(w_below),
+                         "vector_shaped", (long long)LOAD(w_vector));
+}
+
+static PyObject *
 lh_reset_counters(PyObject *self, PyObject *noargs)
 {
+    STORE(w_below, 0);
+    STORE(w_vector, 0);
     STORE(g_below, 0);
     STORE(g_vector, 0);
     STORE(g_pycalls, 0);
@@ -352,7 +731,10 @@ static PyMethodDef lh_methods[] = {
      "smallest m*n*k any of them may route (the C fast path skips smaller products)."},
     {"state", lh_state, METH_NOARGS, "state() -> (active, floor)"},
     {"counters", lh_counters, METH_NOARGS, "counters() -> dict of C-side counts"},
-    {"reset_counters", lh_reset_counters, METH_NOARGS, "reset_counters()"},
+    {"wrapper_counters", lh_wrapper_counters, METH_NOARGS,
+     "wrapper_counters() -> dict: products the wrappers' C fast path left to NumPy"},
+    {"reset_counters", lh_reset_counters, METH_NOARGS,
+     "reset_counters() (the loop hook's and the wrappers' fast-path counts)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -369,8 +751,21 @@ PyInit__loophook(void)
     PyObject *m;
     import_array();
     import_umath();
+    if (PyType_Ready(&FastWrapperType) < 0) return NULL;
     m = PyModule_Create(&lh_module);
     if (m == NULL) return NULL;
+    Py_INCREF(&FastWrapperType);
+    if (PyModule_AddObject(m, "FastWrapper", (PyObject *)&FastWrapperType) < 0
+            || PyModule_AddIntConstant(m, "FW_DOT", FW_DOT) < 0
+            || PyModule_AddIntConstant(m, "FW_INNER", FW_INNER) < 0
+            || PyModule_AddIntConstant(m, "FW_TENSORDOT", FW_TENSORDOT) < 0
+            || PyModule_AddIntConstant(m, "FW_EINSUM", FW_EINSUM) < 0
+            || PyModule_AddIntConstant(m, "FW_GEMM", FW_GEMM) < 0
+            || PyModule_AddIntConstant(m, "FW_OTHER", FW_OTHER) < 0) {
+        Py_DECREF(&FastWrapperType);
+        Py_DECREF(m);
+        return NULL;
+    }
     if (PyModule_AddFunctions(m, ozb_blashook_methods) < 0 || ozb_blashook_init(m) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -87,8 +87,16 @@ def counters() -> dict:
     return _C.counters()
 
 
+def wrapper_counters() -> dict:
+    """Products the wrappers' C fast path (``route.make_wrapper``) left to NumPy
+    without calling Python: ``below_floor``, ``vector_shaped``."""
+    if _C is None or not hasattr(_C, "wrapper_counters"):
+        return {"below_floor": 0, "vector_shaped": 0}
+    return _C.wrapper_counters()
+
+
 def reset_counters() -> None:
-    """Zero the C-side counts of :func:`counters`."""
+    """Zero the C-side counts of :func:`counters` and :func:`wrapper_counters`."""
     if _C is not None:
         _C.reset_counters()
 

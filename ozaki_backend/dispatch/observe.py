@@ -71,9 +71,11 @@ def stats() -> Stats:
         latest such product (None before the first); ``certificate``: ``{outcome:
         2-D products}`` with outcomes ``certified``, ``uncertified`` (a fixed count
         that misses the target), ``residual pass``, ``native fallback``
-        (``docs/spec.md`` §10); ``c_fast_path``: ``@``/
-        ``np.matmul`` products the C hook left to NumPy without calling Python while
-        some scope was active anywhere (``below_floor``, ``vector_shaped``). The C side
+        (``docs/spec.md`` §10); ``c_fast_path``: products the C hooks left to NumPy
+        without calling Python while some scope was active anywhere
+        (``below_floor``, ``vector_shaped``): ``@``/``np.matmul`` (the loop hook) and
+        the wrapped functions (``np.dot``, ``np.inner``, ``np.tensordot``,
+        ``np.einsum``, SciPy's ``dgemm``: their C fast path). The C side
         cannot tell whose product it sees, so these also count other threads'
         products (never the backend's own, made while it computes a routed product);
         they are not part of ``native``.
@@ -90,6 +92,7 @@ def stats() -> Stats:
     for (outcome, reason), n in snap["counts"].items():
         reasons.setdefault(outcome, {})[reason] = reasons.get(outcome, {}).get(reason, 0) + n
     c = loophook.counters()
+    w = loophook.wrapper_counters()
     if c["errors"]:
         reasons["fallback"][C_ERROR] = reasons["fallback"].get(C_ERROR, 0) + c["errors"]
     bc = blashook.counters()
@@ -102,8 +105,8 @@ def stats() -> Stats:
                certificate=snap["certificate"],
                symmetric=snap["symmetric"],
                last_moduli=_stats.last_moduli(),
-               c_fast_path={"below_floor": c["below_floor"],
-                            "vector_shaped": c["vector_shaped"]})
+               c_fast_path={"below_floor": c["below_floor"] + w["below_floor"],
+                            "vector_shaped": c["vector_shaped"] + w["vector_shaped"]})
     details: dict = {}
     for (outcome, reason), text in _stats.details().items():
         details.setdefault(outcome, {})[reason] = text

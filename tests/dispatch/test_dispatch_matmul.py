@@ -241,20 +241,30 @@ def test_exception_escaping_the_python_router_is_cleared_in_c():
     assert ob.stats()["reasons"]["fallback"] == {"@/np.matmul: error in the C hook": 2}
 
 
-def test_keyboard_interrupt_in_router_computes_natively_then_interrupts():
+@pytest.mark.parametrize("stacked", [False, True])
+def test_keyboard_interrupt_in_router_abandons_the_product(stacked):
+    # Ctrl-C during a routed product propagates from the ufunc call itself: no native
+    # recomputation first, nothing written, not counted as an error of the C hook; a
+    # stacked call's later loop invocations return at once.
     a, b = M(10, 14), M(14, 9)
-    nat = np.matmul(a, b)
-    out = np.zeros_like(nat)
+    if stacked:   # broadcast over two axes: NumPy invokes the loop twice (N = 3 each)
+        a, b = M(2, 1, 10, 14), M(1, 3, 14, 9)
+    out = np.zeros(np.matmul(a, b).shape)
+    calls = []
 
     def interrupted(x, y, o):
+        calls.append(x.shape)
         raise KeyboardInterrupt
 
     with router(interrupted), ob.enabled(**CPU):
         with pytest.raises(KeyboardInterrupt):
             np.matmul(a, b, out=out)
-            for _ in range(10_000):  # the interrupt arrives at the next check
-                pass
-    assert same(out, nat)
+    assert len(calls) == 1
+    with ob.enabled(**CPU):
+        assert same(a @ b, emu(a, b))      # the next call is routed again
+    assert not out.any()
+    assert loophook.counters()["errors"] == 0
+    assert ob.stats()["fallback"] == 0
 
 
 def test_suspended_products_are_never_routed():

@@ -151,10 +151,12 @@ def test_explain_report_and_recent_decisions():
     assert "enabled here: False" in ob.explain()
     with ob.enabled(engine="cpu", min_size=0):
         a @ b
-        np.dot(a, M(14))
+        np.dot(a.astype(np.float32), b.astype(np.float32))
+        np.dot(a, M(14))   # matrix-vector: decided in C, counted, not in the decisions
         text = ob.explain()
     assert "enabled here: True" in text and "floor (smallest m*n*k routed): 0" in text
-    assert "np.dot" in text and "matrix-vector" in text
+    assert "np.dot" in text and "not float64" in text and "matrix-vector" not in text
+    assert ob.stats()["c_fast_path"]["vector_shaped"] == 1
     with pytest.raises(TypeError):
         ob.explain(a)
 
