@@ -28,12 +28,35 @@ def reason_key(reason: str) -> str:
     return reason.split(" (", 1)[0]
 
 
+def computed_natively(certificate_outcome: str) -> bool:
+    """Whether a certificate outcome (:func:`record_certificate`) means the product was
+    computed by the native float64 GEMM: every outcome named ``"native ..."``
+    (``"native fallback"``, and any other the engines add under that prefix)."""
+    return certificate_outcome.startswith("native")
+
+
+def begin_product() -> None:
+    """A new product starts on this thread: forget a native certificate outcome left by
+    one that did not finish (see :func:`record`)."""
+    _last.__dict__.pop("native_outcome", None)
+
+
 def record(outcome: str, reason: str, *, seconds: float = 0.0, detail: str | None = None,
            **bytes_moved) -> None:
     """Count one product. ``outcome`` is "routed", "native" or "fallback"; ``reason``
     says why: a native reason is counted under :func:`reason_key` of it, with the full
     text as its detail; ``detail`` is the long text otherwise (the latest one is kept
-    per key, :func:`details`)."""
+    per key, :func:`details`).
+
+    A "routed" product whose certificate sent it (or one of its 2-D slices) to the
+    native GEMM (:func:`computed_natively`, recorded by :func:`record_certificate`
+    while it ran on this thread) is counted as a "fallback" under ``"certificate:
+    <outcome>"``, with ``reason`` (the engine) as its detail: it was computed natively,
+    whatever engine it was handed to."""
+    native_outcome = _last.__dict__.pop("native_outcome", None)
+    if outcome == "routed" and native_outcome is not None:
+        outcome, detail = "fallback", reason if detail is None else detail
+        reason = f"certificate: {native_outcome}"
     if outcome == "native":
         key = reason_key(reason)
         if key != reason and detail is None:
@@ -58,9 +81,13 @@ def record_moduli(n_moduli: int) -> None:
 
 def record_certificate(outcome: str) -> None:
     """Count one 2-D Ozaki-II product by its certificate's outcome (``"certified"``,
-    ``"uncertified"``, ``"residual pass"``, ``"native fallback"``)."""
+    ``"uncertified"``, ``"residual pass"``, ``"native fallback"``, or any other name an
+    engine uses: outcomes are counted as given; those that start with ``"native"``
+    mean the product was computed natively, see :func:`record`)."""
     with _lock:
         _certificate[outcome] += 1
+    if computed_natively(outcome):
+        _last.native_outcome = outcome
 
 
 def details() -> dict:
@@ -110,6 +137,7 @@ def reset() -> None:
         _symmetric.clear()
     _last.__dict__.pop("n_moduli", None)
     _last.__dict__.pop("symmetric_work", None)
+    _last.__dict__.pop("native_outcome", None)
 
 
 class timer:

@@ -8,8 +8,12 @@ into ``stats()``.
 Two channels, for two audiences: every routing decision made in Python is one line on
 the ``ozaki_backend.dispatch`` logger at DEBUG (``OZAKI_BACKEND_LOG=debug`` shows them);
 every product that was to be routed and was computed natively because something failed
-is also a :class:`~ozaki_backend.FallbackWarning` (Python's warning filters decide
-whether it is shown once, always, or raised).
+is counted, and then either a :class:`~ozaki_backend.FallbackWarning` where the user
+can act on it (``engine="cuda"`` where no GPU is usable: Python's warning filters decide
+whether it is shown once, always, or raised) or, for the reasons the user's code cannot
+change (out of memory, CUDA or compile errors, internal errors, certificate misses), a
+log line (``ozaki_backend._warnings.log_fallback``): NumPy's own result came back, and
+a warning would change what code that counts or raises warnings does.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 import threading
 
 from .. import _stats
-from .._warnings import EngineUnavailableError, warn_fallback
+from .._warnings import EngineUnavailableError, log_fallback, warn_fallback
 
 _logger = None
 _DEBUG = 10  # logging.DEBUG, without importing logging at package import
@@ -86,13 +90,20 @@ def reset_routed_by_entry() -> None:
         _routed_by_entry.clear()
 
 
+#: The fallback kinds (:func:`fallback_key`) the user can act on: warned. The others
+#: are logged (see the module docstring).
+WARNED_KINDS = frozenset({"engine unavailable"})
+
+
 def fallback(entry: str, exc: BaseException) -> None:
-    """Count a failure in the routed path, warn with :class:`FallbackWarning` and log it.
+    """Count a failure in the routed path, and warn or log it.
 
     Counted in ``stats()`` under the short key ``"<entry>: <kind>"`` (see
     :func:`fallback_key`), with the exception's text as the key's detail. The caller
-    then computes the product natively, so the user gets NumPy's result. Under
-    ``-W error`` the warning is raised from here (the product is not computed).
+    then computes the product natively, so the user gets NumPy's result. A kind in
+    :data:`WARNED_KINDS` is warned with :class:`FallbackWarning` (under ``-W error``
+    the warning is raised from here and the product is not computed); every other kind
+    is a log line (WARNING once per key, then DEBUG).
     """
     key = fallback_key(exc)
     text = f"{type(exc).__name__}: {exc}"
@@ -100,4 +111,7 @@ def fallback(entry: str, exc: BaseException) -> None:
     # A traceback only where it can help: an unexpected error, and only at DEBUG.
     expected = not key.startswith("error (")
     logger().debug("fallback in %s: %s", entry, text, exc_info=not expected)
-    warn_fallback(f"{entry}: {key}: {exc}")
+    if key in WARNED_KINDS:
+        warn_fallback(f"{entry}: {key}: {exc}")
+    else:
+        log_fallback(f"{entry}: {key}: {exc}")

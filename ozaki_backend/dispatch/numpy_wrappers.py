@@ -315,10 +315,16 @@ def route_einsum(cfg, args, kwargs):
 def _stack_view(x, shape):
     """``x`` reshaped to ``shape`` without a copy, or None when that needs one (or the
     view is neither a C-ordered stack nor a single Fortran-ordered matrix)."""
+    # Not by assigning to .shape (deprecated in NumPy 2.5): reshape(copy=False) raises
+    # where a view is impossible; before NumPy 2.1 (no copy=) a reshape that had to
+    # copy shares no memory with x.
     try:
-        v = x.view()
-        v.shape = shape  # raises instead of copying
-    except (AttributeError, ValueError):
+        v = np.reshape(x, shape, copy=False)
+    except TypeError:
+        v = x.reshape(shape)
+        if v.size and not np.may_share_memory(v, x):
+            return None
+    except ValueError:
         return None
     if v.flags.c_contiguous or (shape[0] == 1 and v.flags.f_contiguous):
         return v

@@ -12,7 +12,7 @@ installed.
 
 from __future__ import annotations
 
-from .. import _native, _stats, semantics
+from .. import _native, _stats, _warnings, semantics
 from . import blashook, config, costmodel, log, loophook, patches, route, routing
 
 C_ERROR = "@/np.matmul: error in the C hook"
@@ -114,8 +114,10 @@ def stats() -> Stats:
 
 
 def reset_stats() -> None:
-    """Zero every counter of :func:`stats` (process-wide)."""
+    """Zero every counter of :func:`stats` (process-wide); the next fallback of each
+    reason is logged at WARNING again."""
     _stats.reset()
+    _warnings.reset_logged()
     loophook.reset_counters()
     blashook.reset_counters()
     log.reset_routed_by_entry()

@@ -37,7 +37,7 @@ import traceback
 
 import numpy as np
 
-from .. import _api, _native, _stats, semantics
+from .. import _api, _native, _stats, _warnings, semantics
 from . import config as _config
 from . import routing
 from .log import count_entry, decision, fallback
@@ -219,8 +219,11 @@ def routed(cfg, a, b, entry, *, alpha=1.0, beta=0.0, c=None, out=None, fp_name="
         _stats.record("native", d.reason)
         return NOT_ROUTED
     flag = [] if overflowed is None else overflowed
+    _stats.begin_product()
     try:
-        with _native.suspended(), _config.uncounted():
+        # intercepted(): a certificate miss computed natively inside is logged and
+        # counted, not warned (``_warnings``: nothing the user's code can change).
+        with _native.suspended(), _config.uncounted(), _warnings.intercepted():
             # `out` is written straight by the engine when it overlaps no operand, else
             # through one copy of a fresh result (the loop hook's `out` may alias a, b).
             res = _api.product(a, b, dict(cfg.opts, engine=d.engine), out=out,

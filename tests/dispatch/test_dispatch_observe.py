@@ -280,7 +280,12 @@ def _wrapped(cause):
         return exc
 
 
-def test_out_of_memory_in_the_routed_path_warns_and_computes_natively(monkeypatch):
+def test_out_of_memory_in_the_routed_path_is_logged_and_computed_natively(monkeypatch,
+                                                                          caplog):
+    # Nothing the user's code can change: NumPy's result, a count and a log line (a
+    # WARNING the first time per reason, DEBUG afterwards), no Python warning.
+    import warnings
+
     from ozaki_backend.dispatch import route
 
     def oom(*args, **kwargs):
@@ -288,11 +293,17 @@ def test_out_of_memory_in_the_routed_path_warns_and_computes_natively(monkeypatc
 
     monkeypatch.setattr(route._api, "product", oom)
     a, b = M(10, 14), M(14, 9)
-    with ob.enabled(engine="cpu", min_size=0), \
-            pytest.warns(ob.FallbackWarning, match="np.dot: out of memory: cannot allocate"):
+    caplog.set_level(logging.DEBUG, logger="ozaki_backend")
+    with ob.enabled(engine="cpu", min_size=0), warnings.catch_warnings():
+        warnings.simplefilter("error")
         r = np.dot(a, b)
-    assert np.array_equal(r, np.dot(a, b))
-    assert ob.stats()["reasons"]["fallback"] == {"np.dot: out of memory": 1}
+        r2 = np.dot(a, b)
+    assert np.array_equal(r, np.dot(a, b)) and np.array_equal(r2, r)
+    assert ob.stats()["reasons"]["fallback"] == {"np.dot: out of memory": 2}
+    lines = [(rec.levelno, rec.getMessage()) for rec in caplog.records
+             if "np.dot: out of memory: cannot allocate" in rec.getMessage()]
+    assert [lv for lv, _ in lines] == [logging.WARNING, logging.DEBUG]
+    assert "product computed natively" in lines[0][1]
 
 
 def test_warning_filters_set_to_error_raise_from_every_entry_point():
@@ -314,3 +325,70 @@ def test_warning_filters_set_to_error_raise_from_every_entry_point():
     s = ob.stats()
     assert s["fallback"] == 4, s     # each counted once, no "error in the C hook"
     assert all("engine unavailable" in k for k in s["reasons"]["fallback"])
+
+
+@pytest.fixture
+def certificate_miss(monkeypatch):
+    """The CPU engine's 2-D product as a certificate miss computed natively, under the
+    outcome name given (the engines may add new ``native ...`` outcomes)."""
+    from ozaki_backend import _native, _warnings
+    from ozaki_backend.reference import pipeline
+
+    state = {"outcome": "native fallback"}
+
+    def missed(A, B, plan, *, want_bound=False):
+        _warnings.warn_native("the certificate cannot meet the target (test)")
+        ob_stats.record_certificate(state["outcome"])
+        return pipeline.Product(_native.matmul(A, B), None, 0, state["outcome"])
+
+    from ozaki_backend import _stats as ob_stats
+
+    monkeypatch.setattr(pipeline, "ozaki2_2d", missed)
+    return state
+
+
+@pytest.mark.parametrize("outcome", ["native fallback", "native (cost)"])
+def test_a_certificate_miss_inside_a_scope_is_a_logged_fallback(certificate_miss, caplog,
+                                                               outcome):
+    import warnings
+
+    certificate_miss["outcome"] = outcome
+    a, b = M(10, 14), M(14, 9)
+    caplog.set_level(logging.DEBUG, logger="ozaki_backend")
+    with ob.enabled(engine="cpu", min_size=0), warnings.catch_warnings():
+        warnings.simplefilter("error")       # a warning here would raise
+        r = a @ b
+        r2 = np.dot(a, b)
+    assert np.array_equal(r, a @ b) and np.array_equal(r2, np.dot(a, b))
+    s = ob.stats()
+    assert (s["routed"], s["fallback"]) == (0, 2)          # the top line says so
+    assert s["reasons"]["fallback"] == {f"certificate: {outcome}": 2}
+    assert s["certificate"] == {outcome: 2}
+    assert s.details["fallback"][f"certificate: {outcome}"] == "engine=cpu"
+    assert str(s).startswith("ozaki_backend stats: routed 0, native 0, fallback 2")
+    levels = [r.levelno for r in caplog.records if "test" in r.getMessage()
+              and "computed natively" in r.getMessage()]
+    assert levels == [logging.WARNING, logging.DEBUG]
+
+
+def test_a_certificate_miss_of_an_explicit_call_warns(certificate_miss):
+    a, b = M(10, 14), M(14, 9)
+    with pytest.warns(ob.NativeFallbackWarning, match="cannot meet the target"):
+        r = ob.matmul(a, b, engine="cpu")
+    assert np.array_equal(r, a @ b)
+    s = ob.stats()
+    assert (s["routed"], s["fallback"]) == (0, 1)
+
+
+def test_an_unfinished_product_leaves_no_native_outcome_behind(certificate_miss,
+                                                                monkeypatch):
+    # A certificate miss recorded by a product that then failed must not turn the next,
+    # certified product into a fallback.
+    from ozaki_backend import _stats as ob_stats
+
+    ob_stats.record_certificate("native fallback")   # left by a product that raised
+    monkeypatch.undo()
+    a, b = M(10, 14), M(14, 9)
+    with ob.enabled(engine="cpu", min_size=0):
+        a @ b
+    assert ob.stats()["routed"] == 1
