@@ -9,8 +9,10 @@ of the table shipped with the package (:mod:`ozaki_backend.cuda.tuning`); or
 
 It then measures the rates the dispatch layer's cost model compares (:func:`measure_rates`:
 host DGEMM GFLOP/s per shape class, staged H2D/D2H GB/s, INT8 GEMM TOPS, device memory
-GB/s, the fixed cost of a call) and merges them into the rate table
-(:func:`ozaki_backend.dispatch.costmodel.rates_path`, or ``--rates-output FILE``);
+GB/s, the fixed cost of a call) and merges them into the user's rate table
+(``$XDG_CACHE_HOME/ozaki_backend/host_rates.json``; ``$OZAKI_BACKEND_RATES`` when set;
+``--rates-output FILE``; with ``--install`` the package's own table), which every later
+process reads: rates are measured once per machine, never by a process on its own.
 ``--rates-only`` does only that (the host part needs no GPU).
 """
 
@@ -289,7 +291,8 @@ def _wall(fn):
 def measure_rates(path=None, *, host_shapes=HOST_SHAPES, device=True, repeats=3,
                   log=print) -> str:
     """Measure the cost model's rates on this machine and merge them into the rate
-    table at ``path`` (default: :func:`ozaki_backend.dispatch.costmodel.rates_path`).
+    table at ``path`` (default: :func:`ozaki_backend.dispatch.costmodel.rates_path`, the
+    user's cache unless ``$OZAKI_BACKEND_RATES`` names another file).
 
     Parameters
     ----------
@@ -359,13 +362,28 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                        help="table file to merge into (default: the user cache, "
                             "$XDG_CACHE_HOME/ozaki_backend/gemm_tuning.json)")
     where.add_argument("--install", action="store_true",
-                       help="merge into the installed package's own table instead")
+                       help="merge into the installed package's own tables instead (the "
+                            "GEMM-path table and, unless --rates-output is given, the "
+                            "rate table)")
     ap.add_argument("--dry-run", action="store_true", help="measure and print only")
     ap.add_argument("--rates-output", default=None,
                     help="rate table of the cost model to merge into (default: "
-                         "$OZAKI_BACKEND_RATES, else the package's)")
+                         "$OZAKI_BACKEND_RATES, else the user cache, "
+                         "$XDG_CACHE_HOME/ozaki_backend/host_rates.json)")
     ap.add_argument("--rates-only", action="store_true",
                     help="measure only the cost model's rates (host part without a GPU)")
+
+
+def _rates_output(args):
+    """Where the rates go: ``--rates-output``, else the package's table with
+    ``--install``, else the default (the user's cache, or ``$OZAKI_BACKEND_RATES``)."""
+    if args.rates_output:
+        return args.rates_output
+    if getattr(args, "install", False):
+        from .dispatch import costmodel
+
+        return costmodel.package_rates_path()
+    return None
 
 
 def run(args) -> int:
@@ -376,7 +394,7 @@ def run(args) -> int:
         ok, why = availability()
         if not ok:
             print(f"no usable GPU ({why}): measuring the host rates only")
-        path = measure_rates(args.rates_output, device=ok, repeats=args.repeats,
+        path = measure_rates(_rates_output(args), device=ok, repeats=args.repeats,
                              log=_progress_log("tune: host rates", HOST_SHAPES))
         print(f"wrote the cost model's rates to {path}")
         return 0
@@ -401,7 +419,7 @@ def run(args) -> int:
         path = tuning_files.table_path()
     path = write_table(name, record, path)
     print(f"wrote {len(record['entries'])} entries for {name} to {path}")
-    path = measure_rates(args.rates_output, repeats=args.repeats,
+    path = measure_rates(_rates_output(args), repeats=args.repeats,
                          log=_progress_log("tune: rates", HOST_SHAPES))
     print(f"wrote the cost model's rates to {path}")
     return 0

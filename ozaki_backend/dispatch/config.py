@@ -69,7 +69,8 @@ EXTRA_VARS = {
                          "(debug, info, warning, error)",
     "OZAKI_BACKEND_STATS": "1: print stats() to stderr when the process exits",
     "OZAKI_BACKEND_HOST_GFLOPS": "host float64 GEMM rate for the cost model (GFLOP/s, "
-                                 "> 0) instead of measuring it",
+                                 "> 0) instead of the rate table's (or the estimate "
+                                 "from the CPU count)",
     # Read by the CUDA engine (ozaki_backend/cuda/) and its tools.
     "OZAKI_BACKEND_CUDA_GEMM": "CUDA engine: force 'batched' or 'loop' INT8 GEMM issue",
     "OZAKI_BACKEND_CUDA_TILE": "CUDA engine: force output tiles 'tm,tn'",
@@ -91,7 +92,7 @@ EXTRA_VARS = {
     "OZAKI_BACKEND_CUDA_OUT_OF_CORE": "CUDA engine: 1 forces the out-of-core path for "
                                       "NumPy operands",
     "OZAKI_BACKEND_RATES": "the cost model's rate table to read (and tune to write) "
-                           "instead of the package's",
+                           "instead of the user cache's and the package's",
 }
 
 

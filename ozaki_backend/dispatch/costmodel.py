@@ -37,10 +37,21 @@ def _positive(text):
 
 #: The rate table's format (``ozaki_backend/_data/host_rates.json``).
 RATES_SCHEMA = "ozaki_backend-rates/1"
-#: The rate table shipped with the package (empty until ``tune`` has run here).
+#: The rate table shipped with the package: the machines measured by the maintainers,
+#: keyed by CPU model (and CPU count) and GPU name.
 RATES_FILE = "_data/host_rates.json"
-#: Environment variable naming another rate table to read (and ``tune`` to write).
+#: The user's rate table (in the user cache, :func:`user_rates_path`), which ``tune``
+#: writes by default: its machines take precedence over the package's.
+USER_RATES_FILE = "host_rates.json"
+#: Environment variable naming another rate table to read instead of both (and
+#: ``tune`` to write).
 RATES_ENV = "OZAKI_BACKEND_RATES"
+
+#: GFLOP/s per CPU of the host estimate used where no table knows the host
+#: (:func:`estimate_host_gflops`): about an AVX-512 core's DGEMM rate, above what most
+#: hosts reach per core (the H200 machine's 16 CPUs: 34-39), so that an unmeasured
+#: host is overrated rather than underrated and borderline products stay native.
+ESTIMATE_GFLOPS_PER_CPU = 64.0
 
 #: The GPU-side parameters used before ``python -m ozaki_backend tune`` has measured this
 #: machine: deliberately on the slow side (the H200 host moves 55 GB/s pinned; the
@@ -68,13 +79,17 @@ MARGIN = 0.1
 class CostModel:
     """Host BLAS time against transfer + GPU time for one float64 product.
 
-    The rates come from the rate table that ``python -m ozaki_backend tune`` writes
-    (:func:`rates_path`; :func:`ozaki_backend.tune.measure_rates` measures them): the
-    host's DGEMM GFLOP/s per shape class and, per GPU, the staged host<->device rates,
-    the INT8 GEMM rate, the device memory rate and the fixed cost of a call. A machine
-    the table does not know uses :data:`DEFAULTS` for the GPU side and one host rate
-    measured on first use (:func:`measure_host_gflops`; ``OZAKI_BACKEND_HOST_GFLOPS``
-    gives it instead).
+    The rates come from the rate tables (:func:`read_table`: the user's cache, which
+    ``python -m ozaki_backend tune`` writes, over the table shipped with the package;
+    :func:`ozaki_backend.tune.measure_rates` measures them): the host's DGEMM GFLOP/s
+    per shape class and, per GPU, the staged host<->device rates, the INT8 GEMM rate,
+    the device memory rate and the fixed cost of a call. A machine the tables do not
+    know uses :data:`DEFAULTS` for the GPU side and, for the host, a fixed estimate
+    from its CPU count (:func:`estimate_host_gflops`; ``OZAKI_BACKEND_HOST_GFLOPS``
+    gives a rate instead). Nothing is measured in the process itself: a timing taken
+    there varies with the machine's load (1.4 to 87 GFLOP/s in five runs on a loaded
+    host), and with it every routing decision; the same rates give the same decisions
+    in every run.
 
     Parameters
     ----------
@@ -157,6 +172,10 @@ class CostModel:
         """Read this machine's rates from the table again (after ``tune``)."""
         if self._rates == "auto":
             object.__setattr__(self, "_loaded", False)
+            if self.host_source not in ("given", "set"):
+                # derived from the old table (or the estimate): derive it again
+                object.__setattr__(self, "_host_gflops", None)
+                object.__setattr__(self, "host_source", None)
             self._ensure()
             self._changed()
 
@@ -201,8 +220,10 @@ class CostModel:
     # ---------------------------------------------------------------- host side
     @property
     def host_gflops(self) -> float:
-        """The host's best native float64 GEMM rate (GFLOP/s): the given one, else the
-        table's best, else measured once (the floor uses it)."""
+        """The host's best native float64 GEMM rate (GFLOP/s): the given one, else
+        ``OZAKI_BACKEND_HOST_GFLOPS``, else the table's best, else the estimate from the
+        CPU count (:func:`estimate_host_gflops`); never measured here (the floor uses
+        it)."""
         if self._host_gflops is None:
             self._ensure()
             with self._lock:
@@ -215,14 +236,17 @@ class CostModel:
                         rate = max(e[3] for e in self.host_table)
                         src = f"rate table ({self.rates_source})"
                     else:
-                        if env:  # a typo must not stop the program: warn, measure
+                        if env:  # a typo must not stop the program: warn, estimate
                             from .._warnings import warn_config
 
                             warn_config(f"OZAKI_BACKEND_HOST_GFLOPS={env!r} must be a "
                                         "positive number of GFLOP/s; the host rate is "
-                                        "measured instead")
-                        rate = measure_host_gflops()
-                        src = "measured (native DGEMM, n = 256..2048)"
+                                        "estimated from the CPU count instead")
+                        rate = estimate_host_gflops()
+                        src = (f"estimated: {usable_cpus()} CPUs x "
+                               f"{ESTIMATE_GFLOPS_PER_CPU:g} GFLOP/s, not measured (`python "
+                               "-m ozaki_backend tune --rates-only` measures this host "
+                               "once and caches it)")
                     object.__setattr__(self, "host_source", src)
                     object.__setattr__(self, "_host_gflops", rate)
         return self._host_gflops
@@ -313,8 +337,25 @@ def nearest_rate(table, m, n, k) -> float:
     return min(table, key=key)[3]
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def estimate_host_gflops() -> float:
+    """The host DGEMM rate assumed where no rate table knows the host (GFLOP/s):
+    :data:`ESTIMATE_GFLOPS_PER_CPU` per usable CPU. A function of the machine only, so
+    every process on it decides alike; ``tune --rates-only`` replaces it with rates
+    measured once."""
+    return ESTIMATE_GFLOPS_PER_CPU * usable_cpus()
+
+
 def measure_host_gflops(max_n: int = 2048, target_s: float = 0.02, repeats: int = 3) -> float:
-    """Native float64 GEMM rate of this host (GFLOP/s); never routed.
+    """Native float64 GEMM rate of this host (GFLOP/s); never routed. The cost model
+    never calls it (see :class:`CostModel`); a quick probe for tools.
 
     Times square products from n = 256 upwards, doubling n while one product takes
     less than ``target_s`` (small products underrate a many-core BLAS: on the H200 host
@@ -353,14 +394,34 @@ def time_host_dgemm(m, n, k, repeats=3, seed=0) -> float:
 
 
 # --------------------------------------------------------------------------- the table
-def rates_path() -> str:
-    """The rate table read (and by default written by ``tune``): ``$OZAKI_BACKEND_RATES``
-    when set, else the package's ``_data/host_rates.json``."""
-    env = os.environ.get(RATES_ENV, "").strip()
-    if env:
-        return env
+def package_rates_path() -> str:
+    """The rate table shipped with the package (``ozaki_backend/_data/host_rates.json``;
+    ``tune --install`` writes it)."""
     return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         RATES_FILE)
+
+
+def user_rates_path() -> str:
+    """The user's rate table: ``$XDG_CACHE_HOME/ozaki_backend/host_rates.json``
+    (``~/.cache`` when ``XDG_CACHE_HOME`` is unset or empty), beside the GEMM tuning
+    table."""
+    base = os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.join(
+        os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "ozaki_backend", USER_RATES_FILE)
+
+
+def rates_path() -> str:
+    """The rate table ``tune`` writes by default: ``$OZAKI_BACKEND_RATES`` when set,
+    else the user's (:func:`user_rates_path`)."""
+    env = os.environ.get(RATES_ENV, "").strip()
+    return env or user_rates_path()
+
+
+def read_paths() -> list:
+    """The rate tables :func:`read_table` reads by default, lowest precedence first:
+    ``[$OZAKI_BACKEND_RATES]`` when set, else the package's and the user's."""
+    env = os.environ.get(RATES_ENV, "").strip()
+    return [env] if env else [package_rates_path(), user_rates_path()]
 
 
 def host_key() -> str:
@@ -397,13 +458,11 @@ def gpu_key():
     return name.decode() if isinstance(name, bytes) else name
 
 
-def read_table(path=None) -> dict:
-    """The rate table at ``path`` (default :func:`rates_path`); an empty one when the
-    file is missing or unreadable."""
+def _read_one(path) -> dict:
     import json
 
     try:
-        with open(path or rates_path()) as f:
+        with open(path) as f:
             table = json.load(f)
     except (OSError, ValueError):
         table = {}
@@ -413,23 +472,43 @@ def read_table(path=None) -> dict:
             "devices": dict(table.get("devices") or {})}
 
 
+def read_table(path=None) -> dict:
+    """The rate table at ``path``; by default the tables of :func:`read_paths` merged
+    (a machine in a later one replaces its record in an earlier one). A missing or
+    unreadable file counts as empty."""
+    paths = [path] if path else read_paths()
+    merged = {"schema": RATES_SCHEMA, "hosts": {}, "devices": {}, "_from": {}}
+    for p in paths:
+        t = _read_one(p)
+        for part in ("hosts", "devices"):
+            for key, rec in t[part].items():
+                merged[part][key] = rec
+                merged["_from"][(part, key)] = p
+    return merged
+
+
 def machine_rates(path=None, host=None, gpu=None) -> dict:
     """This machine's record ``{"host": ..., "device": ..., "source": ...}`` from the
-    table (``host``/``gpu`` default to :func:`host_key` / :func:`gpu_key`); the parts
-    the table does not know are empty (the model then uses its defaults)."""
+    tables (:func:`read_table`; ``host``/``gpu`` default to :func:`host_key` /
+    :func:`gpu_key`); the parts they do not know are empty (the model then uses its
+    defaults and the host estimate). ``source`` names the file each part came from."""
     table = read_table(path)
     host = host_key() if host is None else host
     gpu = gpu_key() if gpu is None else gpu
     h = table["hosts"].get(host) or {}
     d = table["devices"].get(gpu) or {} if gpu else {}
-    found = [w for w, rec in (("host", h), ("device", d)) if rec]
-    src = f"{path or rates_path()} ({', '.join(found)})" if found else None
+    where = {}
+    for what, part, key, rec in (("host", "hosts", host, h), ("device", "devices", gpu, d)):
+        if rec:
+            where.setdefault(table["_from"][(part, key)], []).append(what)
+    src = "; ".join(f"{p} ({', '.join(w)})" for p, w in where.items()) or None
     return {"host": h, "device": d, "source": src}
 
 
 def write_rates(path, host=None, device=None, *, host_name=None, gpu_name=None) -> str:
     """Merge this machine's measured ``host`` and ``device`` records into the table at
-    ``path`` (created if missing) and make the process-wide model read it again.
+    ``path`` (created if missing) and, when the process-wide model reads that table,
+    make it read again.
 
     Returns
     -------
@@ -438,7 +517,7 @@ def write_rates(path, host=None, device=None, *, host_name=None, gpu_name=None) 
     """
     import json
 
-    table = read_table(path)
+    table = _read_one(path)
     if host:
         table["hosts"][host_name or host_key()] = host
     if device:
@@ -448,7 +527,7 @@ def write_rates(path, host=None, device=None, *, host_name=None, gpu_name=None) 
     with open(path, "w") as f:
         json.dump(table, f, indent=1, sort_keys=True)
         f.write("\n")
-    if os.path.abspath(path) == os.path.abspath(rates_path()):
+    if os.path.abspath(path) in {os.path.abspath(p) for p in read_paths()}:
         _model.reload()
     return path
 

@@ -184,3 +184,74 @@ def test_products_larger_than_the_device_are_estimated_out_of_core():
     assert t_small - t_big >= 8.0 * m * n * (1 / 2.4e9 - 1 / DEVICE["d2h_gbps"] / 1e9) * 0.99
     assert routing.decide(CUDA, m, n, k, cost=big)
     assert not routing.decide(CUDA, m, n, k, cost=small)
+
+
+# ------------------------------------------------------------- rates: once per machine
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """An empty user cache and package table, and no OZAKI_BACKEND_RATES."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv(costmodel.RATES_ENV, raising=False)
+    package = tmp_path / "package" / "host_rates.json"
+    monkeypatch.setattr(costmodel, "package_rates_path", lambda: str(package))
+    return tmp_path
+
+
+def test_the_user_cache_follows_xdg_cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert costmodel.user_rates_path() == str(tmp_path / "ozaki_backend" / "host_rates.json")
+    monkeypatch.setenv("XDG_CACHE_HOME", " ")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert costmodel.user_rates_path() == str(
+        tmp_path / "home" / ".cache" / "ozaki_backend" / "host_rates.json")
+    monkeypatch.delenv(costmodel.RATES_ENV, raising=False)
+    assert costmodel.rates_path() == costmodel.user_rates_path()   # what tune writes
+
+
+def test_the_user_cache_overrides_the_package_table_per_machine(cache, monkeypatch):
+    costmodel.write_rates(costmodel.package_rates_path(), HOST, DEVICE,
+                          host_name="cpu A", gpu_name="GPU X")
+    mine = {"dgemm": [dict(e, gflops=2 * e["gflops"]) for e in HOST["dgemm"]]}
+    costmodel.write_rates(costmodel.user_rates_path(), mine, None, host_name="cpu A")
+    rec = costmodel.machine_rates(host="cpu A", gpu="GPU X")
+    assert rec["host"] == mine and rec["device"] == DEVICE          # host from the cache
+    assert costmodel.user_rates_path() in rec["source"]
+    assert costmodel.package_rates_path() in rec["source"]
+    # OZAKI_BACKEND_RATES replaces both
+    other = str(cache / "other.json")
+    monkeypatch.setenv(costmodel.RATES_ENV, other)
+    assert costmodel.machine_rates(host="cpu A", gpu="GPU X")["host"] == {}
+
+
+def test_a_process_never_measures_the_host_itself(cache, monkeypatch):
+    def measured(*a, **k):
+        raise AssertionError("the cost model measured the host")
+
+    monkeypatch.setattr(costmodel, "measure_host_gflops", measured)
+    monkeypatch.setattr(costmodel, "time_host_dgemm", measured)
+    monkeypatch.delenv("OZAKI_BACKEND_HOST_GFLOPS", raising=False)
+    a, b = costmodel.CostModel(rates="auto"), costmodel.CostModel(rates="auto")
+    assert a.host_gflops == b.host_gflops == costmodel.estimate_host_gflops()
+    assert a.floor() == b.floor()               # the same decisions in every process
+    assert a.host_source.startswith("estimated") and "tune --rates-only" in a.host_source
+    assert costmodel.estimate_host_gflops() == (costmodel.ESTIMATE_GFLOPS_PER_CPU
+                                                * costmodel.usable_cpus())
+
+
+def test_tune_writes_the_user_cache_unless_told_otherwise(cache, monkeypatch, capsys):
+    monkeypatch.setattr("ozaki_backend.cuda.availability", lambda: (False, "test"))
+    real = tune.measure_host_rates
+    monkeypatch.setattr(tune, "measure_host_rates",
+                        lambda shapes, **kw: real(((16, 16, 16),), **kw))
+    model = costmodel.cost_model()
+    try:
+        assert tune.main(["--rates-only", "--repeats", "1"]) == 0
+        assert costmodel.read_table(costmodel.user_rates_path())["hosts"]
+        assert not costmodel.read_table(costmodel.package_rates_path())["hosts"]
+        # the process-wide model reads what tune wrote, from the cache
+        assert model.host_table and costmodel.user_rates_path() in model.rates_source
+        assert tune.main(["--rates-only", "--repeats", "1", "--install"]) == 0
+        assert costmodel.read_table(costmodel.package_rates_path())["hosts"]
+    finally:
+        monkeypatch.undo()
+        model.reload()

@@ -253,7 +253,7 @@ def test_host_rate_of_zero_is_rejected_not_divided_by(monkeypatch):
         with pytest.raises(ValueError, match="host_gflops"):
             model.host_gflops = bad
     monkeypatch.setenv("OZAKI_BACKEND_HOST_GFLOPS", "0")
-    monkeypatch.setattr(costmodel, "measure_host_gflops", lambda: 12.5)
+    monkeypatch.setattr(costmodel, "estimate_host_gflops", lambda: 12.5)
     fresh = costmodel.CostModel()
     with pytest.warns(ob.ConfigurationWarning, match="OZAKI_BACKEND_HOST_GFLOPS='0'"):
         assert fresh.host_gflops == 12.5
