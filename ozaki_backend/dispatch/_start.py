@@ -37,16 +37,40 @@ def _activate():
                          f"activated: {type(exc).__name__}: {exc}\n")
 
 
+def _torch_loaded():
+    # torch imports NumPy while it is itself importing, so an activation triggered by
+    # that import found a half-imported torch: the GPU-array hook registers its kernels
+    # now that torch is complete (nothing to do when the backend was not activated).
+    hook = sys.modules.get("ozaki_backend.dispatch.torch_hook")
+    if hook is not None:
+        try:
+            hook.library_loaded()
+        except Exception as exc:  # never break the user's `import torch`
+            sys.stderr.write(f"ozaki_backend: the PyTorch hook was not installed: "
+                             f"{type(exc).__name__}: {exc}\n")
+
+
 class _NumpyWatcher:
-    """One-shot meta-path finder: activates the backend right after NumPy is imported.
+    """One-shot meta-path finder: activates the backend right after NumPy is imported
+    (``name``/``after`` set otherwise: calls ``after()`` right after that module is).
 
     It finds NumPy's real spec through the other finders and wraps that spec's loader
     so that activation runs after NumPy's own module code. A plain class rather than
     ``importlib.abc.MetaPathFinder``: importing ``importlib.abc`` costs ~10 ms at start-up.
     """
 
+    name = "numpy"
+
+    def __init__(self, name=None, after=None):
+        if name is not None:
+            self.name, self.after = name, after
+
+    @staticmethod
+    def after():
+        _activate()
+
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != "numpy":
+        if fullname != self.name:
             return None
         self.remove()
         spec = None
@@ -59,7 +83,7 @@ class _NumpyWatcher:
                 break
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        spec.loader = _ActivatingLoader(spec.loader)
+        spec.loader = _ActivatingLoader(spec.loader, self.after)
         return spec
 
     def remove(self):
@@ -70,17 +94,19 @@ class _NumpyWatcher:
 
 
 class _ActivatingLoader:
-    """Delegates to NumPy's loader; activates the backend once NumPy's code has run."""
+    """Delegates to NumPy's loader; activates the backend once NumPy's code has run
+    (calls ``after``)."""
 
-    def __init__(self, loader):
+    def __init__(self, loader, after=_activate):
         self._loader = loader
+        self._after = after
 
     def create_module(self, spec):
         return self._loader.create_module(spec)
 
     def exec_module(self, module):
         self._loader.exec_module(module)
-        _activate()
+        self._after()
 
     def __getattr__(self, name):  # get_resource_reader, is_package, get_filename ...
         return getattr(self._loader, name)
@@ -95,3 +121,5 @@ def main():
         return
     if not any(isinstance(f, _NumpyWatcher) for f in sys.meta_path):
         sys.meta_path.insert(0, _NumpyWatcher())
+        if "torch" not in sys.modules:
+            sys.meta_path.insert(0, _NumpyWatcher("torch", _torch_loaded))

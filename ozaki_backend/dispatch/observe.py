@@ -204,6 +204,12 @@ def _explain_pair(a, b, entry):
         return no(False, "no enabled scope in this context and enable() not in force: "
                   "wrap the code in `with ozaki_backend.enabled():` to route it",
                   entry=entry)
+    # CuPy arrays and torch tensors: the GPU-array hooks' decision (device cost model).
+    from . import device_routing
+
+    gpu = device_routing.explain_pair(a, b, entry, node)
+    if gpu is not None:
+        return gpu
     for x in (a, b):
         if type(x) is not np.ndarray:
             return no(False, f"operand of type {type(x).__module__}.{type(x).__qualname__}"
@@ -269,6 +275,9 @@ def _report() -> str:
                  f"{'available' if loophook.available() else 'missing'}), wrappers "
                  f"{sorted(patches.installed_wrappers()) or 'none'}")
     lines.append(blashook.describe())
+    from . import device_routing
+
+    lines.append(device_routing.describe())
     lines.append(f"cost model: {costmodel.cost_model()!r}")
     if routing.recent:
         lines.append("recent decisions (newest last):")
@@ -383,6 +392,11 @@ def info() -> dict:
                for m, a, _, e in numpy_wrappers.TARGETS},
             "scipy.linalg.blas.dgemm": "module-level wrapper (also scipy.linalg._fblas.dgemm)",
             "scipy.linalg.get_blas_funcs('gemm')": "returns the dgemm wrapper (memo cleared)",
+            "CuPy @, matmul, dot, tensordot, inner, einsum, cupy.linalg, cupyx.scipy":
+                "CuPy's cuBLAS functions (gemmEx, gemmStridedBatchedEx, dgemm, zgemm, "
+                "...StridedBatched), float64/complex128; docs/gpu-arrays.md",
+            "torch mm, addmm, bmm, baddbmm (matmul, @, linear, einsum, backward)":
+                "PyTorch dispatcher kernels on the CUDA and CPU keys; docs/gpu-arrays.md",
         },
         "installed_wrappers": patches.installed_wrappers(),
         "not_intercepted": ([] if blashook.available() else [

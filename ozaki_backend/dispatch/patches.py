@@ -13,7 +13,10 @@ model is ``mkl_fft``'s ``patch_numpy_fft`` / ``restore_numpy_fft`` / ``is_patche
   products) are rebound to wrappers (``numpy_wrappers``);
 * ``scipy.linalg.blas.dgemm`` (and ``scipy.linalg._fblas.dgemm``, which
   ``get_blas_funcs("gemm")`` returns) is rebound now if SciPy is imported, else by a
-  post-import hook as soon as ``scipy.linalg.blas`` loads (``scipy_blas``).
+  post-import hook as soon as ``scipy.linalg.blas`` loads (``scipy_blas``);
+* GPU arrays: CuPy's cuBLAS GEMM functions (``cupy_hook``) and PyTorch's ``mm`` /
+  ``addmm`` / ``bmm`` / ``baddbmm`` kernels (``torch_hook``), now if the library is
+  imported, else as soon as it is (neither library is ever imported from here).
 
 Every wrapper is inert outside a scope. This module owns the ``installed`` flag and the
 originals; it sits above the modules it installs and below ``scopes``, whose
@@ -26,7 +29,7 @@ import functools
 import sys
 import threading
 
-from . import blashook, loophook, numpy_wrappers, scipy_blas
+from . import blashook, cupy_hook, loophook, numpy_wrappers, scipy_blas, torch_hook
 from .route import make_wrapper
 
 _lock = threading.RLock()
@@ -52,15 +55,18 @@ def install() -> None:
     thread runs it.
     """
     global _installed
-    if _installed and blashook.settled:
+    if _installed and blashook.settled and not torch_hook.pending():
         return
     with _lock:
         if not blashook.settled:
             blashook.install()  # again after disable() removed it
         if _installed:
+            torch_hook.install()   # a registration left for torch's import to finish
             return
         loophook.install()
         _install_wrappers()
+        cupy_hook.install()
+        torch_hook.install()
         _installed = True
 
 
@@ -136,8 +142,8 @@ def _patch_scipy():
 
 
 def restore() -> None:
-    """Put every original back (``np.dot`` etc., SciPy's ``dgemm``, NumPy's BLAS slots);
-    clear SciPy's memo.
+    """Put every original back (``np.dot`` etc., SciPy's ``dgemm``, NumPy's BLAS slots,
+    CuPy's cuBLAS functions, PyTorch's kernels); clear SciPy's memo.
 
     The matmul loop hook is not affected (it is never undone). Scopes opened later
     install the wrappers again. Code that took a reference to a wrapper keeps it (it
@@ -146,6 +152,8 @@ def restore() -> None:
     global _scipy_hook, _installed
     with _lock:
         blashook.remove()
+        cupy_hook.uninstall()
+        torch_hook.uninstall()
         for (modname, attr), w in list(_wrappers.items()):
             mod = sys.modules.get(modname)
             if mod is not None and getattr(mod, attr, None) is w:
