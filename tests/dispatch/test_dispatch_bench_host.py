@@ -22,16 +22,59 @@ def test_bench_host_runs_on_the_cpu_engine(tmp_path, capsys):
     doc = json.loads(path.read_text())
     assert doc["schema"] == bench_host.SCHEMA and doc["engine"] == "cpu"
     names = [r["name"] for r in doc["entries"]]
-    assert names == ["A @ B", "np.dot(A, B)", "dgemm(1.0, A, B) Fortran"]
-    for r in doc["entries"]:
+    assert names == ["A @ B", "np.dot(A, B)", "dgemm(1.0, A, B) Fortran"] + [
+        name for name, _ in bench_host.OTHER_ENTRIES]
+    for r in doc["entries"][:3]:
         assert r["routed"] and r["fallbacks"] == 0 and r["native_s"] > 0
         assert r["max_rel_diff_vs_numpy"] < 1e-12
+    for r in doc["entries"][3:]:      # timed inside enabled() only, against A @ B
+        assert r["routed_s"] > 0 and r["vs_matmul"] > 0 and "ok" in r
     assert doc["entries"][2]["result_order"] == "F"
     gram = {r["name"]: r for r in doc["gram"]}
     assert gram["X.T @ X"]["shape"] == [6, 6, 40] and "exactly_symmetric" in gram["X.T @ X"]
     assert [r["shape"] for r in doc["grid"]] == [[16, 16, 16], [20, 18, 4]]  # m, n, k
-    assert all("decision" in r and "ok" in r for r in doc["grid"])
+    assert [r["decision"] for r in doc["grid"]] == ["routed", "routed"]  # engine="cpu"
+    assert all(r["routed"] and "ok" in r and r["reason"] for r in doc["grid"])
+    assert doc["worst_declined"] is None and "none declined" in out
     assert doc["phases"] is None          # the CUDA engine's breakdown only
+
+
+@pytest.mark.usefixtures("clean_dispatch")
+def test_declined_shapes_and_the_worst_ratio(tmp_path, capsys):
+    # engine="auto" without a GPU routes nothing: every grid shape is declined.
+    from ozaki_backend.cuda import availability
+
+    if availability()[0]:
+        pytest.skip("a GPU is usable here: engine='auto' would route")
+    path = tmp_path / "host.json"
+    assert bench.main(["--host", "--engine", "auto", "--n", "0", "--gram", "", "--grid",
+                       "16;24", "--grid-reps", "2", "--json", str(path)]) == 0
+    doc = json.loads(path.read_text())
+    assert [r["decision"] for r in doc["grid"]] == ["native", "native"]
+    assert not any(r["routed"] for r in doc["grid"])
+    worst = max(doc["grid"], key=lambda r: r["ratio"])
+    assert doc["worst_declined"] == {"ratio": worst["ratio"], "shape": worst["shape"]}
+    assert "worst declined ratio: " in capsys.readouterr().out
+
+
+def test_declined_ratios_time_only_the_declined_shapes():
+    import ozaki_backend as ob
+
+    def scope():
+        return ob.enabled(engine="cpu", min_size=20 ** 3)
+
+    got = bench_host.declined_ratios([(8, 8, 8), (24, 24, 24)], 2, scope)
+    assert list(got) == [(8, 8, 8)] and got[(8, 8, 8)] > 0
+
+
+def test_alternating_times_alternates():
+    import ozaki_backend as ob
+    from ozaki_backend.dispatch import config
+
+    seen = []
+    bench_host.alternating_times(lambda: seen.append(config.current().enabled), 3,
+                                 lambda: ob.enabled(engine="cpu"))
+    assert seen == [False, True] * 4
 
 
 def test_median_time_keeps_the_slow_warmup_as_a_sample():
