@@ -156,3 +156,42 @@ def test_upload_makes_no_host_copy(monkeypatch, la):
     assert (M_, K_) not in copies and (K_, N_) not in copies
     assert (K_, M_) not in copies and (N_, K_) not in copies
     assert_same_bits(got, cpu(a0, b0))
+
+
+# ------------------------------------------------------- interrupts and page faults
+def test_an_interrupted_wait_leaves_no_job_touching_the_caller_buffers():
+    # Ctrl-C while a staged transfer runs: wait() re-raises only once no job reads or
+    # writes the caller's arrays any more (NumPy frees its result right after), and
+    # every pinned slot is back in the pool (cancelled jobs give theirs back).
+    from concurrent.futures import Future
+
+    from ozaki_backend.cuda import staging
+
+    host = np.random.default_rng(5).standard_normal(6 * staging.CHUNK_BYTES // 8 * 4)
+    stream = staging.thread_stream()
+    dev, up = staging.upload_start(host, stream)
+    staging.wait(up)
+    back = np.empty_like(host)
+    futs = staging.download_start(dev, back, stream)
+    interrupted = Future()
+    interrupted.set_exception(KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        staging.wait([interrupted] + futs)
+    assert all(f.done() for f in futs)
+    st = staging._get_staging()
+    assert st._free.qsize() == st._made          # every slot given back
+    staging.download(dev, back, stream)          # and the pool still works
+    assert np.array_equal(back.view(np.int64), host.view(np.int64))
+
+
+def test_prefault_populates_without_writing():
+    from ozaki_backend.cuda import staging
+
+    x = np.random.default_rng(6).standard_normal(staging.PREFAULT_BYTES // 8 * 2)
+    ref = x.copy()
+    staging.wait(staging.prefault(x))
+    assert np.array_equal(x.view(np.int64), ref.view(np.int64))
+    fresh = np.empty(staging.PREFAULT_BYTES // 8 * 2)
+    futs = staging.prefault(fresh)
+    assert futs and staging.prefault(fresh[:10]) == []
+    staging.wait(futs)
