@@ -75,6 +75,7 @@ while [ $# -gt 0 ]; do
     --host-overhead) ho_shapes="$2"; shift 2 ;;
     --ncu) ncu_shape="$2"; shift 2 ;;
     --steady) steady_shapes="$2"; shift 2 ;;
+    --host-path) run_hp=1; run_tests=0; run_bench=0; shift ;;
     -k) kexpr=(-k "$2"); shift 2 ;;
     *) break ;;
   esac
@@ -192,6 +193,37 @@ if [ $run_g8 = 1 ]; then
   rc_g8=$?
 fi
 
+# --host-path  (issue 29) only the host path: the host-path GPU tests (NumPy 2.5's
+#             deprecations as errors), the cost model's rates measured once into
+#             $OUT/host_rates.json, where a declined product's time goes
+#             (scripts/declined_overhead.py), and bench --host at n = 8192 (every entry
+#             point against A @ B, the 256..8192 grid with the worst declined ratio) and
+#             at n = 4096; logs host-path-*.log, JSON bench-host-8192.json / -4096.json
+rc_hp=0
+if [ "${run_hp:-0}" = 1 ]; then
+  timeout "${TEST_TIMEOUT:-280}" python3 -m pytest -q -rfEs -p no:cacheprovider \
+    -W error::DeprecationWarning tests/cuda/test_cuda_host_path.py \
+    tests/api/test_api_host_path.py tests/dispatch/test_dispatch_host_path.py \
+    >"$OUT/host-path-tests.log" 2>&1 || rc_hp=1
+  export OZAKI_BACKEND_RATES="$OUT/host_rates.json"
+  timeout "${RATES_TIMEOUT:-150}" python3 -m ozaki_backend tune --rates-only \
+    --rates-output "$OUT/host_rates.json" >"$OUT/host-path-rates.log" 2>&1 || rc_hp=1
+  timeout "${HP_TIMEOUT:-300}" python3 scripts/declined_overhead.py \
+    >"$OUT/host-path-declined.log" 2>&1 || rc_hp=1
+  timeout "${BENCH_TIMEOUT:-400}" python3 -m ozaki_backend bench --host --n 8192 \
+    --gram '' --no-ridge --grid '256;512;768;1024;1536;2048;3072;4096;8192' \
+    --json "$OUT/bench-host-8192.json" >"$OUT/host-path-bench-8192.log" 2>&1 || rc_hp=1
+  timeout "${BENCH_TIMEOUT:-400}" python3 -m ozaki_backend bench --host --n 4096 \
+    --gram '' --no-ridge --grid '' --json "$OUT/bench-host-4096.json" \
+    >"$OUT/host-path-bench-4096.log" 2>&1 || rc_hp=1
+  echo "==== host path (rc=$rc_hp): tests, declined products, bench --host 8192 and 4096"
+  tail -n 3 "$OUT/host-path-tests.log"
+  grep -v -i "warn" "$OUT/host-path-declined.log" | tail -n 16
+  for n in 8192 4096; do
+    sed -n '/^ozaki_backend bench --host/,$p' "$OUT/host-path-bench-$n.log" | tail -n 30
+  done
+fi
+
 # ---- short summary last
 if [ $run_tests = 1 ]; then
   echo "==== GPU tests (full log: pytest.log)"
@@ -258,4 +290,4 @@ fi
 if [ $run_g8 = 1 ]; then
   echo "==== GEMMul8 side by side (rc=$rc_g8; gemmul8.log)"; tail -n 60 "$OUT/gemmul8-table.log"
 fi
-exit $(( rc_tests != 0 || rc_bench != 0 || rc_tune != 0 || rc_san != 0 || rc_g8 != 0 || rc_ws != 0 || rc_dask != 0 || rc_host != 0 || rc_prof != 0 || rc_ov != 0 ))
+exit $(( rc_hp != 0 || rc_tests != 0 || rc_bench != 0 || rc_tune != 0 || rc_san != 0 || rc_g8 != 0 || rc_ws != 0 || rc_dask != 0 || rc_host != 0 || rc_prof != 0 || rc_ov != 0 ))
