@@ -2,29 +2,26 @@
 
     python scripts/make_plots.py            # reads docs/data/*.json, writes docs/img/*.png
 
-Inputs are benchmark files in the format of docs/data/README.md, as written by
-``scripts/measure.py`` or ``python -m ozaki_backend bench --json FILE``. Every series
-is labelled with the machine and the date it was measured on. A plot whose data is
-absent is not drawn (and the script says so); rerun the script whenever a new file
-lands in docs/data/, e.g. the first GPU figures.
+Inputs are benchmark files in the formats of docs/data/README.md, as written by
+``scripts/measure.py``, ``python -m ozaki_backend bench --json FILE`` and
+``python -m ozaki_backend bench --host --json FILE``. A plot whose data is absent is not
+drawn (and the script says so); the docs build (``docs/hooks/plots.py``) runs this
+script, so the site's plots always match ``docs/data/``.
 
-Plots:
+Plots, one question each:
+  gpu_tflops_vs_size.png   against native DGEMM on the GPU: TFLOPS (2n^3 / time) vs n,
+                           operands and result on the GPU (bench)
+  end_to_end_vs_numpy.png  against NumPy on the host: NumPy operands in, NumPy result
+                           out, seconds vs n inside enabled() and plainly (bench --host)
+  cpu_time_vs_size.png     the CPU engine against NumPy: seconds per product vs n
   accuracy_vs_moduli.png   max relative error vs moduli count, one line per phi
-  cpu_time_vs_size.png     CPU engine and NumPy: seconds per product vs n
-  gpu_tflops_vs_size.png   GPU: TFLOPS (2n^3 / time) vs n, device-resident operands:
-                           native DGEMM and the emulation (precision="fp64", 16 and 15
-                           moduli, bits=34)
-  end_to_end_vs_numpy.png  NumPy in -> NumPy out: seconds vs n, ozaki_backend.matmul
-                           against NumPy on the host and a plain CuPy round trip
 
-A series measured in more than one file for the same GPU is drawn once, from the newest
-file (then the one with the most emulation records; see ``_one_source``), so that a
-rule change (the certified ``precision="fp64"`` of 2026-12-01) shows on the plots as
-soon as its measurements are committed. Legends carry the moduli counts the drawn
-records used, and the date where a plot mixes runs of different dates; ``LEGENDS``
-keeps every plot's legend texts for the tests. The docs build
-(``docs/hooks/plots.py``) runs this script, so the site's plots always match
-``docs/data/``.
+**Each plot is drawn from one run**: the newest file that holds its data (on a tie of
+dates, the one with the most records). A plot never mixes runs of different dates or
+commits, so a change of the rules shows as soon as its measurements are committed, and
+every legend entry was measured side by side with the others. The footer names the
+machine, the date and the file. ``LEGENDS`` and ``SOURCES`` keep every plot's legend
+texts and file for the tests.
 """
 
 from __future__ import annotations
@@ -33,6 +30,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import sys
 from collections import defaultdict
 
@@ -42,171 +40,171 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 SCHEMA = "ozaki_backend-bench/1"
+HOST_SCHEMA = "ozaki_backend-bench-host/1"
 EXACT_FLOOR = 1e-17  # where an error of exactly zero is drawn on log axes
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LEGENDS: dict[str, list[str]] = {}  # file name -> legend texts of the last drawing
+SOURCES: dict[str, str] = {}        # file name -> the data file it was drawn from
 
 
-def load(data_dir):
-    """All benchmark files in ``data_dir``: a list of (document, path)."""
+def load(data_dir, schemas=(SCHEMA, HOST_SCHEMA)):
+    """The benchmark files in ``data_dir`` of the given schemas: (document, path)."""
     docs = []
     for path in sorted(glob.glob(os.path.join(data_dir, "*.json"))):
         with open(path) as f:
             doc = json.load(f)
-        if doc.get("schema") != SCHEMA:
-            print(f"skip {path}: schema {doc.get('schema')!r} is not {SCHEMA!r}",
-                  file=sys.stderr)
-            continue
-        docs.append((doc, path))
+        if doc.get("schema") in schemas:
+            docs.append((doc, path))
     return docs
 
 
 def where(doc):
-    """'machine, date' for legends and titles."""
+    """'machine, date' for footers."""
     m = doc["machine"]
     name = m.get("name") or m.get("cpu") or "unknown machine"
-    return f"{name}, {doc['date']}"
+    return f"{name}, {str(doc['date'])[:10]}"
 
 
-def records(docs, **match):
-    """(doc, record) pairs whose record has every ``key == value`` of ``match``."""
-    out = []
-    for doc, _ in docs:
-        for r in doc["records"]:
-            if all(r.get(k) == v for k, v in match.items()):
-                out.append((doc, r))
-    return out
+def _run_letter(path):
+    """The letter of a later run of the same day (``...-2026-12-02-b.json``), else ''."""
+    m = re.search(r"\d{4}-\d{2}-\d{2}-([a-z])\.json$", path)
+    return m.group(1) if m else ""
 
 
-def _series(pairs, x, y, key):
-    """Group (doc, record) pairs into {label: sorted [(x, y)]}; ``key(doc, r)`` labels."""
-    groups = defaultdict(dict)
-    for doc, r in pairs:
-        groups[key(doc, r)][r[x]] = r[y] if not callable(y) else y(r)
-    return {k: sorted(v.items()) for k, v in groups.items()}
+def newest(docs, has):
+    """The one (document, path) to draw from: the newest of those for which
+    ``has(document)`` is true (its date, then the later run of the day by the file's
+    letter, ``-b`` after none), then the one with the most records."""
+    found = [(d, p) for d, p in docs if has(d)]
+    if not found:
+        return None
+    return max(found, key=lambda dp: (str(dp[0]["date"]), _run_letter(dp[1]),
+                                      len(dp[0].get("records", ()))))
 
 
-def _moduli_note(pairs):
+def records(doc, **match):
+    """The records of ``doc`` with every ``key == value`` of ``match``."""
+    return [r for r in doc.get("records", ()) if all(r.get(k) == v for k, v in match.items())]
+
+
+def _cube(r):
+    return r["m"] == r["n"] == r["k"]
+
+
+def _moduli_note(rs):
     """' (15 moduli)' or ' (15-16 moduli)' for the ozaki_backend records of a series."""
-    ns = sorted({r["moduli"] for _, r in pairs if r.get("moduli")})
+    ns = sorted({r["moduli"] for r in rs if r.get("moduli")})
     if not ns:
         return ""
     return f" ({ns[0]} moduli)" if len(ns) == 1 else f" ({ns[0]}-{ns[-1]} moduli)"
 
 
-def _draw(ax, pairs, x, y, what, plot, rename=lambda w: w):
-    """One line per (what(doc, record), machine/date); returns the set of sources.
-
-    Labels of ozaki_backend series end with the moduli counts their records used.
-    """
-    key = lambda d, r: (what(d, r), where(d))  # noqa: E731
-    series = _series(pairs, x, y, key)
-    sources = {src for _, src in series}
-    for (w, src), pts in sorted(series.items()):
-        xs, ys = zip(*pts)
-        note = _moduli_note([(d, r) for d, r in pairs if key(d, r) == (w, src)])
-        lab = rename(w) + note + (f" [{src}]" if len(sources) > 1 else "")
-        plot(xs, ys, "o-", ms=3.5, label=lab)
-    return sources
+def _by(rs, key):
+    groups = defaultdict(list)
+    for r in rs:
+        groups[key(r)].append(r)
+    return dict(groups)
 
 
-def _size_axis(ax, pairs, label):
+def _size_axis(ax, xs, label):
     ax.set_xlabel(label)
-    xs = sorted({r["n"] for _, r in pairs})
+    xs = sorted(set(xs))
     ax.set_xticks(xs, [str(x) for x in xs])
     ax.minorticks_off()
 
 
-def _finish(fig, ax, title, sources, path):
+def _finish(fig, ax, title, src, path):
+    doc, data_path = src
     ax.set_title(title, fontsize=11)
     ax.grid(True, which="both", alpha=0.3)
     legend = ax.legend(fontsize=7.5, loc="best")
-    LEGENDS[os.path.basename(path)] = [t.get_text() for t in legend.get_texts()]
-    fig.text(0.01, 0.005, "Measured on: " + "; ".join(sorted(sources)), fontsize=7,
-             color="0.35", ha="left", va="bottom")
+    name = os.path.basename(path)
+    LEGENDS[name] = [t.get_text() for t in legend.get_texts()]
+    SOURCES[name] = os.path.basename(data_path)
+    fig.text(0.01, 0.005, f"Measured on: {where(doc)} ({os.path.basename(data_path)})",
+             fontsize=7, color="0.35", ha="left", va="bottom")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    print(f"wrote {os.path.relpath(path, ROOT)}", flush=True)
+    print(f"wrote {os.path.relpath(path, ROOT)} from {os.path.basename(data_path)}",
+          flush=True)
+
+
+def _accuracy_records(doc):
+    # One line per phi needs one shape: the cube (the accuracy file holds other k
+    # buckets) and one reference: the exact product (the GPU bench's sampled
+    # double-double errors are in its own tables).
+    return [r for r in records(doc, kind="accuracy", impl="ozaki_backend", scheme="ozaki2",
+                               mode="accurate", precision=None, reference="exact")
+            if _cube(r) and not r.get("bits")]
 
 
 def plot_accuracy(docs, out):
-    # One line per phi needs one shape: the cube m = n = k (the accuracy file holds
-    # other k buckets, which are not drawn here), and one reference: the exact product
-    # (the GPU bench's sampled double-double errors are in its own table instead).
-    def cube(r):
-        return r["m"] == r["n"] == r["k"]
-
-    pairs = [(d, r) for d, r in records(docs, kind="accuracy", impl="ozaki_backend",
-                                        scheme="ozaki2", mode="accurate", precision=None,
-                                        reference="exact")
-             if cube(r) and not r.get("bits")]
-    if not pairs:
+    src = newest(docs, _accuracy_records)
+    if src is None:
         return False
+    doc = src[0]
+    rs = _accuracy_records(doc)
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    by_phi = _series(pairs, "moduli", "max_rel_err", lambda d, r: (r["phi"], where(d)))
-    sources = set()
     exact_seen = False
-    for i, ((phi, src), pts) in enumerate(sorted(by_phi.items())):
+    for i, (phi, group) in enumerate(sorted(_by(rs, lambda r: r["phi"]).items())):
         c = colors[i % len(colors)]
+        pts = sorted((r["moduli"], r["max_rel_err"]) for r in group)
         xs, ys = zip(*pts)
         # An error of exactly 0 (every element correctly rounded) has no place on a log
         # axis: draw it on the floor line, with an open marker.
-        ys_plot = [y if y > 0 else EXACT_FLOOR for y in ys]
-        ax.semilogy(xs, ys_plot, "o-", color=c, ms=3.5, label=f"phi = {phi:g}")
+        ax.semilogy(xs, [y if y > 0 else EXACT_FLOOR for y in ys], "o-", color=c, ms=3.5,
+                    label=f"phi = {phi:g}")
         zx = [x for x, y in zip(xs, ys) if y == 0]
         if zx:
             exact_seen = True
             ax.plot(zx, [EXACT_FLOOR] * len(zx), "o", mfc="white", mec=c, ms=5)
-        sources.add(src)
-        native = [r["max_rel_err"] for d, r in records(docs, kind="accuracy", impl="numpy",
-                                                        phi=phi)
-                  if where(d) == src and cube(r)]
+        native = [r["max_rel_err"] for r in records(doc, kind="accuracy", impl="numpy",
+                                                     phi=phi) if _cube(r)]
         if native:
             ax.axhline(native[0], color=c, ls=":", lw=1)
     ax.plot([], [], "k:", lw=1, label="NumPy float64 (same phi)")
     if exact_seen:
         ax.plot([], [], "o", mfc="white", mec="k", ms=5,
                 label=f"error 0 (drawn at {EXACT_FLOOR:g})")
-    n = pairs[0][1]["n"]
     ax.set_xlabel("number of moduli N (accurate mode)")
     ax.set_ylabel("max relative error vs exact product")
-    ax.set_xticks(sorted({r["moduli"] for _, r in pairs}))
-    _finish(fig, ax, f"Accuracy vs moduli count, m = n = k = {n}", sources, out)
+    ax.set_xticks(sorted({r["moduli"] for r in rs}))
+    _finish(fig, ax, f"Accuracy vs moduli count, m = n = k = {rs[0]['n']}", src, out)
     return True
+
+
+def _cpu_records(doc):
+    if doc.get("schema") != SCHEMA or doc["machine"].get("gpu"):
+        return []
+    return [r for r in records(doc, kind="time", io="host")
+            if r["impl"] == "numpy" or r.get("engine") == "cpu"]
 
 
 def plot_cpu_time(docs, out):
-    pairs = [(d, r) for d, r in records(docs, kind="time", io="host")
-             if r["impl"] == "numpy" or r.get("engine") == "cpu"]
-    pairs = [(d, r) for d, r in pairs if not d["machine"].get("gpu")]
-    if not pairs:
+    src = newest(docs, _cpu_records)
+    if src is None:
         return False
+    rs = _cpu_records(src[0])
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
 
-    def what(d, r):
+    def what(r):
         if r["impl"] == "numpy":
-            return "NumPy float64 (OpenBLAS)"
+            return "NumPy float64 (" + (src[0]["machine"].get("blas") or "BLAS") + ")"
         if r.get("scheme") == "phase22":
-            return "CPU engine, phase22"
-        return f"CPU engine, ozaki2 {r.get('mode')}, precision=fp64"
+            return "CPU engine, the seed scheme"
+        return f"CPU engine, {r.get('mode')} mode, precision=fp64"
 
-    sources = _draw(ax, pairs, "n", "seconds", what, ax.loglog)
+    for label, group in sorted(_by(rs, what).items()):
+        pts = sorted((r["n"], r["seconds"]) for r in group)
+        xs, ys = zip(*pts)
+        note = _moduli_note(group) if group[0]["impl"] != "numpy" else ""
+        ax.loglog(xs, ys, "o-", ms=3.5, label=label + note)
     ax.set_ylabel("seconds per product (median)")
-    _size_axis(ax, pairs, "n (square n x n products)")
-    _finish(fig, ax, "CPU engine vs NumPy, time per product", sources, out)
+    _size_axis(ax, [r["n"] for r in rs], "n (square n x n products)")
+    _finish(fig, ax, "CPU engine vs NumPy, time per product", src, out)
     return True
-
-
-GPU_LABELS = {
-    "cupy": "native DGEMM (cuBLAS via CuPy)",
-    "int8-gemm": "one INT8 GEMM (cuBLAS, TOPS)",
-}
-
-
-def _cube(r):
-    return r["m"] == r["n"] == r["k"]
 
 
 def _how(r):
@@ -218,141 +216,71 @@ def _how(r):
     return f"moduli={r['moduli']}"
 
 
-def _gpu_what(d, r):
-    if r["impl"] == "ozaki_backend":
-        return f"emulation, {r.get('mode')}, {_how(r)}"
-    if r["impl"] == "numpy":
-        cores = d["machine"].get("cpu_count")
-        return "NumPy on the host CPU" + (f" ({cores} cores)" if cores else "")
-    return GPU_LABELS.get(r["impl"], r["impl"])
-
-
-def _series_id(d, r):
-    """What a record measures, independent of the labels (which name the machine)."""
-    how = _how(r) if r["impl"] == "ozaki_backend" else None
-    return (r["impl"], r.get("io"), r.get("mode"), how, d["machine"].get("gpu"))
-
-
-def _one_source(pairs, out):
-    """Keep each series (same ``what`` label, same GPU) from one file only.
-
-    A series (same impl, io, mode and moduli choice, same GPU) measured in several
-    files (native DGEMM, say, timed both by ``scripts/measure.py gpu`` and by
-    ``python -m ozaki_backend bench``) is drawn from the newest file, and among files of
-    the same date from the one holding the most ozaki_backend records: the run whose
-    baselines were timed next to the emulation they are compared with. The newest file
-    wins because a rule change (how ``precision="fp64"`` picks its moduli) makes older
-    measurements of the same configuration out of date. The others are dropped, with a
-    note.
-    """
-    def weight(d):
-        return (d["date"], sum(r["impl"] == "ozaki_backend" for r in d["records"]))
-
-    best = {}
-    for d, r in pairs:
-        key = _series_id(d, r)
-        if key not in best or weight(d) > weight(best[key]):
-            best[key] = d
-    kept, dropped = [], set()
-    for d, r in pairs:
-        if best[_series_id(d, r)] is d:
-            kept.append((d, r))
-        else:
-            dropped.add((_gpu_what(d, r), where(d)))
-    for w, src in sorted(dropped):
-        print(f"  {os.path.basename(out)}: '{w}' [{src}] not drawn: the same series is "
-              "in the file with the emulation's records", file=sys.stderr)
-    return kept
-
-
-# The emulation configurations drawn on the GPU throughput plot: (mode, how) -> style.
-GPU_CONFIGS = {
-    ("fast", "precision=fp64"): ("o-", "C1"),
-    ("accurate", "precision=fp64"): ("o--", "C1"),
-    ("fast", "moduli=16"): ("s-", "C2"),
-    ("fast", "moduli=15"): ("^-", "C3"),
-    ("fast", "bits=34"): ("D-", "C4"),
-}
+def _gpu_records(doc):
+    if doc.get("schema") != SCHEMA or not doc["machine"].get("gpu"):
+        return []
+    rs = [r for r in records(doc, kind="time", io="device") if _cube(r)]
+    return rs if any(r["impl"] == "ozaki_backend" for r in rs) else []
 
 
 def plot_gpu_tflops(docs, out):
-    pairs = [(d, r) for d, r in records(docs, kind="time", io="device")
-             if d["machine"].get("gpu") and _cube(r)]
-    pairs = [(d, r) for d, r in pairs if r["impl"] != "ozaki_backend"
-             or (r.get("mode"), _how(r)) in GPU_CONFIGS]
-    pairs = _one_source(pairs, out)
-    emu = [(d, r) for d, r in pairs if r["impl"] == "ozaki_backend"]
-    if not emu:
+    src = newest(docs, _gpu_records)
+    if src is None:
         return False
+    doc = src[0]
+    rs = _gpu_records(doc)
     fig, ax = plt.subplots(figsize=(8, 5))
     tflops = lambda r: r.get("tflops") or 2.0 * r["m"] * r["n"] * r["k"] / r["seconds"] / 1e12  # noqa: E731
-    sources = set()
-    dates = {d["date"] for d, r in pairs if r["impl"] in ("ozaki_backend", "cupy")}
-    native = _series([p for p in pairs if p[1]["impl"] == "cupy"], "n", tflops,
-                     lambda d, r: where(d))
-    for src, pts in native.items():
-        xs, ys = zip(*pts)
-        when = f" [{src.rsplit(', ', 1)[-1]}]" if len(dates) > 1 else ""
-        ax.plot(xs, ys, "k-", lw=2.2, marker="o", ms=4, label=GPU_LABELS["cupy"] + when)
-        sources.add(src)
-    for (mode, how), (style, color) in GPU_CONFIGS.items():
-        sel = [(d, r) for d, r in emu if (r["mode"], _how(r)) == (mode, how)]
-        for src, pts in _series(sel, "n", tflops, lambda d, r: where(d)).items():
-            xs, ys = zip(*pts)
-            when = f" [{src.rsplit(', ', 1)[-1]}]" if len(dates) > 1 else ""
-            ax.plot(xs, ys, style, color=color, ms=4,
-                    label=f"emulation, {mode}, {how}{_moduli_note(sel)}{when}")
-            sources.add(src)
-    # Derived, not measured: if the emulation cost nothing but its INT8 GEMMs (one per
-    # modulus in fast mode), precision="fp64" with N moduli would run at the INT8 rate
-    # divided by the N its fast records used at that size.
-    fp64_fast = {r["n"]: r["moduli"] for _, r in emu
-                 if (r["mode"], _how(r)) == ("fast", "precision=fp64") and r.get("moduli")}
-    int8 = _series([p for p in pairs if p[1]["impl"] == "int8-gemm"], "n", tflops,
-                   lambda d, r: where(d))
-    for src, pts in int8.items():
-        pts = [(n, t / fp64_fast[n]) for n, t in pts if n in fp64_fast]
-        if not pts:
-            continue
-        counts = sorted(set(fp64_fast.values()))
-        span = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-        ax.plot([n for n, _ in pts], [t for _, t in pts], ":", color="0.45",
-                label=f"INT8 GEMM rate / N: N = {span} moduli of fp64 fast, GEMMs only "
-                      "(derived)")
-        sources.add(src)
+    native = sorted((r["n"], tflops(r)) for r in rs if r["impl"] == "cupy")
+    if native:
+        ax.plot(*zip(*native), "k-", lw=2.2, marker="o", ms=4,
+                label="native DGEMM (cuBLAS via CuPy)")
+    emu = [r for r in rs if r["impl"] == "ozaki_backend"]
+    styles = iter(["o-", "o--", "s-", "^-", "D-", "v-", "x-"])
+    for (mode, how), group in sorted(_by(emu, lambda r: (r.get("mode"), _how(r))).items(),
+                                     key=lambda kv: (kv[0][1] != "precision=fp64", kv[0])):
+        pts = sorted((r["n"], tflops(r)) for r in group)
+        ax.plot(*zip(*pts), next(styles), ms=4,
+                label=f"emulation, {mode}, {how}{_moduli_note(group)}")
     ax.set_xscale("log", base=2)
     ax.set_ylim(bottom=0)
     ax.set_ylabel("TFLOPS (2n^3 / time), higher is better")
-    xs = sorted({r["n"] for _, r in emu})
-    ax.set_xlabel("n (square n x n x n products, operands and result on the GPU)")
-    ax.set_xticks(xs, [str(x) for x in xs])
-    ax.minorticks_off()
-    gpus = sorted({d["machine"]["gpu"] for d, _ in emu})
-    _finish(fig, ax, f"Emulated vs native float64 GEMM, {', '.join(gpus)}", sources, out)
+    _size_axis(ax, [r["n"] for r in emu],
+               "n (square n x n x n products, operands and result on the GPU)")
+    _finish(fig, ax, f"Emulated vs native float64 GEMM, {doc['machine']['gpu']}", src, out)
     return True
 
 
+def _host_rows(doc):
+    """The square grid rows of a ``bench --host`` file."""
+    if doc.get("schema") != HOST_SCHEMA:
+        return []
+    return [r for r in doc.get("grid", ()) if len(set(r["shape"])) == 1]
+
+
 def plot_end_to_end(docs, out):
-    pairs = [(d, r) for d, r in records(docs, kind="time", io="host")
-             if d["machine"].get("gpu") and _cube(r)]
-    pairs = _one_source(pairs, out)
-    if not any(r["impl"] == "ozaki_backend" for _, r in pairs):
+    src = newest(docs, _host_rows)
+    if src is None:
         return False
+    doc = src[0]
+    rows = sorted(_host_rows(doc), key=lambda r: r["shape"][0])
     fig, ax = plt.subplots(figsize=(8, 5))
-
-    def rename(w):
-        if w.startswith("native DGEMM"):
-            return "CuPy round trip: asnumpy(asarray(a) @ asarray(b)), native DGEMM"
-        if w.startswith("emulation"):
-            return "ozaki_backend.matmul(a, b), NumPy in/out, " + w.split(", ", 1)[1]
-        return w
-
-    sources = _draw(ax, pairs, "n", "seconds", _gpu_what, ax.loglog, rename)
-    ax.set_ylabel("seconds per product (median), lower is better")
-    _size_axis(ax, pairs, "n (square n x n products, NumPy operands in, NumPy result out)")
-    gpus = sorted({d["machine"]["gpu"] for d, _ in pairs})
-    _finish(fig, ax, f"End to end from NumPy, transfers included, {', '.join(gpus)}",
-            sources, out)
+    n = [r["shape"][0] for r in rows]
+    cores = doc["machine"].get("cpu_count")
+    ax.loglog(n, [r["native_s"] for r in rows], "k-", lw=2, marker="o", ms=4,
+              label="plain NumPy on the host CPU" + (f" ({cores} cores)" if cores else ""))
+    ax.loglog(n, [r["routed_s"] for r in rows], "-", color="C1", lw=1.5,
+              label="inside enabled(): the cost model decides")
+    routed = [(x, r["routed_s"]) for x, r in zip(n, rows) if r["routed"]]
+    kept = [(x, r["routed_s"]) for x, r in zip(n, rows) if not r["routed"]]
+    if routed:
+        ax.plot(*zip(*routed), "o", color="C1", ms=6, label="routed to the GPU")
+    if kept:
+        ax.plot(*zip(*kept), "o", mfc="white", mec="C1", ms=6, label="left to NumPy")
+    ax.set_ylabel("seconds per A @ B (median), lower is better")
+    _size_axis(ax, n, "n (A @ B with n x n NumPy arrays: transfers included)")
+    _finish(fig, ax, f"NumPy operands in, NumPy result out, {doc['machine'].get('gpu')}",
+            src, out)
     return True
 
 

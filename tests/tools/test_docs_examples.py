@@ -295,6 +295,36 @@ def test_every_script_the_docs_name_exists():
     assert not missing, "\n".join(missing)
 
 
+#: The Development section of the site (mkdocs.yml): the pages for people working on
+#: the package, the only ones that may name the repository's tools.
+DEVELOPMENT_PAGES = {"docs/development.md", "docs/architecture.md", "docs/internals.md",
+                     "docs/gpu-kernels.md",
+                     "docs/benchmark-log.md", "docs/data/README.md"}
+#: Guide pages being rewritten elsewhere, with the tools they still name.
+TOOLS_PENDING = {"docs/precision.md": "rewritten for issue 32"}
+
+
+def test_development_pages_are_the_nav_section():
+    yaml = pytest.importorskip("yaml")
+    nav = yaml.safe_load((REPO / "mkdocs.yml").read_text())["nav"]
+    (section,) = [e["Development"] for e in nav if isinstance(e, dict) and "Development" in e]
+    assert {f"docs/{next(iter(e.values()))}" for e in section} == DEVELOPMENT_PAGES
+
+
+def test_the_user_guide_names_no_development_tools():
+    """``scripts/`` and ``.ci/`` belong to the Development pages; a user's page says what
+    to run with the package's own command line instead."""
+    named = {}
+    for page in PAGES:
+        if page == "README.md" or page in DEVELOPMENT_PAGES or page in TOOLS_PENDING:
+            continue
+        text = (REPO / page).read_text(encoding="utf-8")
+        found = re.findall(r"(?<![\w/.])(?:scripts/|\.ci/)[\w./-]*", text)
+        if found:
+            named[page] = found
+    assert not named, named
+
+
 # ---------------------------------------------------------------------------- typing
 
 MYPY_INI = """\

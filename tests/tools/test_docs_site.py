@@ -163,6 +163,12 @@ def site(tmp_path_factory):
     return out
 
 
+def _guide_pages(site):
+    """The site's own HTML pages: everything but the asv dashboard published under
+    ``asv/`` (asv's pages, checked by the dashboard's own test below)."""
+    return [p for p in site.rglob("*.html") if p.relative_to(site).parts[0] != "asv"]
+
+
 # The guide pages users look for, by their exact titles (mkdocs.yml's nav).
 TITLED_PAGES = {
     "gpu-requirements": "GPU requirements",
@@ -178,10 +184,11 @@ def test_site_has_every_page_and_loads_nothing_from_outside(site):
                  "reproducibility/index.html", "troubleshooting/index.html",
                  "api/index.html", "spec/index.html", "changelog/index.html",
                  "data/index.html", "gpu-kernels/index.html",
-                 "architecture/index.html",
+                 "architecture/index.html", "development/index.html",
+                 "benchmark-log/index.html", "asv/index.html",
                  *(f"{slug}/index.html" for slug in TITLED_PAGES)):
         assert (site / page).is_file(), page
-    for html in site.rglob("*.html"):
+    for html in _guide_pages(site):
         text = html.read_text(encoding="utf-8")
         assert not _external_assets(text), html
         # a '$' left outside code and math means a formula that was not recognised
@@ -219,7 +226,7 @@ def _prose(text):
 
 def test_no_raw_sphinx_role_in_the_site(site):
     raw = {}
-    for page in site.rglob("*.html"):
+    for page in _guide_pages(site):
         found = RAW_ROLE.findall(_prose(page.read_text(encoding="utf-8")))
         if found:
             raw[str(page.relative_to(site))] = found[:5]
@@ -227,7 +234,7 @@ def test_no_raw_sphinx_role_in_the_site(site):
     # ... and the roles became links to the objects the API page documents
     api = (site / "api" / "index.html").read_text(encoding="utf-8")
     for anchor in ("#ozaki_backend.matmul", "#ozaki_backend.enable",
-                   "#ozaki_backend.spec.rules.certificate_factor"):
+                   "#ozaki_backend.testing.exact_matmul"):
         assert re.search(rf'<a class="autorefs autorefs-internal"[^>]*href="{anchor}"',
                          api), anchor
 
@@ -315,8 +322,8 @@ def test_sphinx_roles_resolve_like_sphinx():
     resolver = roles.ScopeResolver(pkg)
     cert = pkg["spec.certificate"]
     # a leading dot: relative to the module's package
-    assert resolver.resolve(cert, ".rules.certificate_factor") == \
-        "ozaki_backend.spec.rules.certificate_factor"
+    assert resolver.resolve(cert, ".rules.guaranteed_bits") == \
+        "ozaki_backend.spec.rules.guaranteed_bits"
     # a method named from its class's scope
     plan = pkg["plan.Plan"]
     assert resolver.resolve(plan["matmul"], "moduli_for") == \
@@ -325,19 +332,36 @@ def test_sphinx_roles_resolve_like_sphinx():
     assert resolver.resolve(plan, "numpy.matmul") == "numpy.matmul"
 
 
-def _plot_data():
-    """The benchmark documents make_plots.py reads, read here independently."""
-    docs = []
+def _newest_with(kind_of):
+    """The newest docs/data file (date, then the run letter of the day) that
+    ``kind_of(document)`` accepts, found here independently of make_plots.py."""
+    import re as _re
+
+    found = []
     for path in sorted((REPO / "docs" / "data").glob("*.json")):
         doc = json.loads(path.read_text())
-        if doc.get("schema") == "ozaki_backend-bench/1":
-            docs.append(doc)
-    return docs
+        if kind_of(doc):
+            letter = _re.search(r"\d{4}-\d{2}-\d{2}-([a-z])\.json$", path.name)
+            found.append(((str(doc["date"]), letter.group(1) if letter else "",
+                           len(doc.get("records", ()))), path.name))
+    return max(found)[1] if found else None
+
+
+def _is_gpu_bench(doc):
+    return doc.get("schema") == "ozaki_backend-bench/1" and doc["machine"].get("gpu") and any(
+        r["kind"] == "time" and r.get("io") == "device" and r["impl"] == "ozaki_backend"
+        and r["m"] == r["n"] == r["k"] for r in doc["records"])
+
+
+def _is_host_bench(doc):
+    return doc.get("schema") == "ozaki_backend-bench-host/1" and any(
+        len(set(r["shape"])) == 1 for r in doc.get("grid", ()))
 
 
 def test_plots_are_drawn_from_the_data(site, tmp_path):
-    """The site's plots are what make_plots.py draws from docs/data now, and their
-    legends name the moduli counts of the newest measurements."""
+    """The site's plots are what make_plots.py draws from docs/data now; each from one
+    run, the newest holding its data, and its legend names the moduli counts that run
+    used."""
     pytest.importorskip("matplotlib")
     plots = _load_script("scripts/make_plots.py", "_make_plots")
     assert plots.main(["--out", str(tmp_path)]) == 0
@@ -345,21 +369,19 @@ def test_plots_are_drawn_from_the_data(site, tmp_path):
         fresh = tmp_path / name
         if fresh.is_file():
             assert (site / "img" / name).read_bytes() == fresh.read_bytes(), name
-
+    assert plots.SOURCES["gpu_tflops_vs_size.png"] == _newest_with(_is_gpu_bench)
+    assert plots.SOURCES["end_to_end_vs_numpy.png"] == _newest_with(_is_host_bench)
+    gpu = json.loads((REPO / "docs" / "data" /
+                      plots.SOURCES["gpu_tflops_vs_size.png"]).read_text())
+    counts = sorted({r["moduli"] for r in gpu["records"] if r["kind"] == "time"
+                     and r["impl"] == "ozaki_backend" and r.get("precision") == "fp64"
+                     and r.get("io") == "device" and r["m"] == r["n"] == r["k"]})
+    note = f"({counts[0]} moduli)" if len(counts) == 1 else f"({counts[0]}-{counts[-1]} moduli)"
     legend = plots.LEGENDS["gpu_tflops_vs_size.png"]
-    for mode in ("fast", "accurate"):
-        recs = [(d["date"], r["moduli"]) for d in _plot_data() if d["machine"].get("gpu")
-                for r in d["records"]
-                if r["kind"] == "time" and r["impl"] == "ozaki_backend"
-                and r.get("io") == "device" and r.get("precision") == "fp64"
-                and r.get("mode") == mode and r["m"] == r["n"] == r["k"]]
-        newest = max(date for date, _ in recs)
-        counts = sorted({m for date, m in recs if date == newest})
-        note = (f"({counts[0]} moduli)" if len(counts) == 1
-                else f"({counts[0]}-{counts[-1]} moduli)")
-        label = [t for t in legend if t.startswith(f"emulation, {mode}, precision=fp64")]
-        assert len(label) == 1 and note in label[0], (note, legend)
-        assert newest in label[0], (newest, label)
+    assert any("precision=fp64" in t and note in t for t in legend), (note, legend)
+    # one run per plot: no legend entry carries a date of its own
+    for name, texts in plots.LEGENDS.items():
+        assert not any(re.search(r"\d{4}-\d{2}-\d{2}", t) for t in texts), (name, texts)
 
 
 def _code_blocks(text):
@@ -370,12 +392,15 @@ def _code_blocks(text):
 
 def test_doc_code_lines_fit_88_columns():
     """Code in the guide stays readable without scrolling: every line of a code
-    block is at most 88 columns (``text`` blocks are program output, verbatim)."""
+    block is at most 88 columns (``text`` blocks and a doctest's expected output are
+    program output, verbatim)."""
     long = []
     for path in sorted((REPO / "docs").rglob("*.md")):
         for info, lines in _code_blocks(path.read_text(encoding="utf-8")):
             if info == "text":
                 continue
+            if lines and lines[0].startswith(">>>"):
+                lines = [line for line in lines if line.startswith((">>>", "..."))]
             long += [f"{path.relative_to(REPO)}: {line}" for line in lines
                      if len(line) > 88]
     assert not long, "\n".join(long)
@@ -406,7 +431,7 @@ def test_every_page_renders_without_errors_in_chromium(site, tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
     pages = sorted(str(p.parent.relative_to(site)).replace(".", "") for p in
-                   site.rglob("index.html"))
+                   _guide_pages(site) if p.name == "index.html")
     pages = [p + "/" if p else "" for p in pages]
     assert len(pages) >= 18, pages
     with serve(site, probe=True) as (server, url):
