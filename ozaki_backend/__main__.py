@@ -81,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:
         from .bench_host import main as host_main
 
         return host_main([a for a in argv[1:] if a != "--host"])
+    if argv[:1] == ["bench"] and "--gpu-arrays" in argv[1:]:
+        # So has the GPU-array benchmark (ozaki_backend.bench_gpu_arrays).
+        from .bench_gpu_arrays import main as arrays_main
+
+        return arrays_main([a for a in argv[1:] if a != "--gpu-arrays"])
     ap = build_parser()
     args, extra = ap.parse_known_args(argv)
     if extra:

@@ -121,6 +121,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--host", action="store_true",
                     help="run the host-path benchmark instead (NumPy operands through "
                          "every entry point); its options: bench --host --help")
+    ap.add_argument("--gpu-arrays", action="store_true",
+                    help="run the GPU-array benchmark instead (CuPy and PyTorch loops "
+                         "inside enabled() and without); its options: bench --gpu-arrays "
+                         "--help")
     ap.add_argument("--host-numpy-max", type=int_at_least(0), default=8192 * 8192,
                     help="largest m*n timed with NumPy on the host CPU")
     ap.add_argument("--phase22-sizes", default="2048,8192", type=int_list(1),
@@ -464,6 +468,10 @@ def main(argv=None) -> int:
         from .bench_host import main as host_main
 
         return host_main([a for a in argv if a != "--host"])
+    if "--gpu-arrays" in argv:  # CuPy and PyTorch loops: bench_gpu_arrays.py
+        from .bench_gpu_arrays import main as arrays_main
+
+        return arrays_main([a for a in argv if a != "--gpu-arrays"])
     return run(_parse(argv), argv)
 
 
