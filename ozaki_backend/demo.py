@@ -45,8 +45,9 @@ error   max over the elements of |C - exact| / (u * (|A| @ |B|)), u = 2^-53: the
         (same operands, same exact reference) is the yardstick. exact: the product in
         exact integer arithmetic, rounded once (ozaki_backend.testing.exact_matmul).
 data    N(0,1): standard normal entries. phi=1, phi=2: (rand - 0.5) * exp(phi * randn),
-        entries spread over about 2.6 phi decades (harder data). bits=34: the seed
-        scheme's accuracy (fewer moduli, cheaper, less accurate than float64), for contrast.
+        entries spread over about 2.6 phi decades (harder data). bits=34: keep 34 bits
+        of each row's largest entry, not float64's 53 (fewer moduli: cheaper, less
+        accurate), for contrast.
 time    best of {repeat} calls after one warm-up call, on both sides."""
 
 
