@@ -109,10 +109,9 @@ def _check(torch, op, a, b, c):
                 or c.dim() > nd):
             return None
         try:
-            torch.broadcast_shapes(tuple(c.shape), shape)
+            if tuple(torch.broadcast_shapes(tuple(c.shape), shape)) != shape:
+                return None       # c would widen the result: the kernel raises
         except RuntimeError:
-            return None
-        if torch.broadcast_shapes(tuple(c.shape), shape) != shape:
             return None
     return m, n, k, batch
 
@@ -194,6 +193,12 @@ def _route_host(cfg, entry, a, b, c, alpha, beta, shape):
 def _route_cuda(cfg, entry, torch, a, b, c, alpha, beta, shape, dims, cplx):
     """CUDA tensors: the device cost model, then the engine on CuPy views."""
     m, n, k, batch = dims
+    try:        # the engine computes on CuPy, and the cost model asks it about the GPU
+        import cupy
+    except ImportError:
+        device_routing.native_reason("CuPy is not installed (the CUDA engine computes "
+                                     "on it)", entry, LIBRARY, m=m, n=n, k=k, batch=batch)
+        return None
     dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
     d = device_routing.decide(cfg, m, n, k, batch, entry, complex_=cplx, device_id=dev)
     if not d.routed:
@@ -202,12 +207,6 @@ def _route_cuda(cfg, entry, torch, a, b, c, alpha, beta, shape, dims, cplx):
     if torch.cuda.is_current_stream_capturing():
         device_routing.native(d.replace(routed=False, engine=None, reason=(
             "CUDA graph capture in progress (the engine synchronises)")), LIBRARY)
-        return None
-    try:
-        import cupy
-    except ImportError:
-        device_routing.native(d.replace(routed=False, engine=None, reason=(
-            "CuPy is not installed (the CUDA engine computes on it)")), LIBRARY)
         return None
     a, b = _plain(a), _plain(b)
     res = torch.empty(shape, dtype=a.dtype, device=a.device)
