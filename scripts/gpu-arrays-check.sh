@@ -8,9 +8,11 @@
 #
 #   bash scripts/gpu-arrays-check.sh [--clean] [--no-tests] [--no-bench] [bench args ...]
 #
-#   --clean     run from `git archive HEAD` (the committed tree) in a temporary folder
-#               instead of the working tree, when .git travelled with it: work in
-#               progress of other files then cannot get in the way
+#   --clean     run the committed tree instead of the working tree, so that work in
+#               progress of other files cannot get in the way: .clean/ when it is there
+#               (made here with `git archive HEAD | tar -x -C .clean`, ignored, and
+#               carried: run(carry=[".whl", ".clean"])), else `git archive HEAD` when
+#               .git travelled
 #   bench args  go to bench --gpu-arrays (default: --reps 3 --rounds 2 --warmup 2)
 #
 # TEST_TIMEOUT / SCRIPT_TIMEOUT / BENCH_TIMEOUT (seconds) bound each part; the logs
@@ -40,7 +42,10 @@ if [ -n "$wheels" ]; then
     --target /tmp/ozaki-site $wheels && export PYTHONPATH=/tmp/ozaki-site${PYTHONPATH:+:$PYTHONPATH}
 fi
 if [ $clean = 1 ]; then
-  if git rev-parse --git-dir >/dev/null 2>&1; then
+  if [ -f .clean/setup.py ]; then
+    cp -r .whl .clean/ 2>/dev/null; cd .clean
+    echo "running the committed tree carried in .clean/" | tee "$OUT/tree.txt"
+  elif git rev-parse --git-dir >/dev/null 2>&1; then
     rm -rf /tmp/ozaki-clean && mkdir -p /tmp/ozaki-clean
     git archive HEAD | tar -x -C /tmp/ozaki-clean && cd /tmp/ozaki-clean
     echo "running the committed tree $(git -C "$OLDPWD" rev-parse --short HEAD)" | tee "$OUT/tree.txt"
