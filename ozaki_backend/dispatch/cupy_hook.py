@@ -332,4 +332,11 @@ def waiting() -> bool:
     return _watcher is not None
 
 
-device_routing.register_hook(LIBRARY, installed)
+def state() -> str:
+    """``"installed"``, ``"waiting for its import"`` or ``"not installed"``."""
+    if installed():
+        return "installed"
+    return "waiting for its import" if waiting() else "not installed"
+
+
+device_routing.register_hook(LIBRARY, state)

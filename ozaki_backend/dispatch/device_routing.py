@@ -508,7 +508,7 @@ def explain_pair(a, b, entry, node):
 
     if not node.enabled:
         return no("no enabled scope in this context and enable() not in force")
-    if not installed(lib.split()[0]):
+    if hook_state(lib.split()[0]) == "not installed":
         return no("the hook for this library is not installed (the first enabled() "
                   "installs it, or the library's import once enabled)")
     dt = str(a.dtype).removeprefix("torch.")
@@ -541,28 +541,34 @@ def _library(a, b):
     return None
 
 
-#: Filled by the hooks: library name -> function telling whether its hook is installed.
-_INSTALLED_CHECKS: dict = {}
+#: Filled by the hooks: library name -> function returning the hook's state.
+_STATES: dict = {}
 
 
-def register_hook(library: str, is_installed) -> None:
-    """Let :func:`explain_pair` and :func:`describe` ask whether ``library``'s hook is
-    installed (the hook modules sit above this one and register themselves)."""
-    _INSTALLED_CHECKS[library] = is_installed
+def register_hook(library: str, state) -> None:
+    """Let :func:`explain_pair` and :func:`describe` ask for the state of ``library``'s
+    hook (the hook modules sit above this one and register themselves).
+
+    Parameters
+    ----------
+    library : str
+    state : callable
+        Returns ``"installed"``, ``"waiting for its import"`` (installed as soon as the
+        library's module is imported) or ``"not installed"``.
+    """
+    _STATES[library] = state
 
 
-def installed(library: str) -> bool:
-    """Whether the hook of ``library`` (``"CuPy"``, ``"torch"``) is installed."""
-    check = _INSTALLED_CHECKS.get(library)
-    return bool(check and check())
+def hook_state(library: str) -> str:
+    """The state of the hook of ``library`` (``"CuPy"``, ``"torch"``), see
+    :func:`register_hook`."""
+    state = _STATES.get(library)
+    return state() if state is not None else "not installed"
 
 
 def describe() -> str:
     """One line for ``explain()``'s report: the GPU-array hooks and their state."""
-    parts = []
-    for lib, check in sorted(_INSTALLED_CHECKS.items()):
-        state = "installed" if check() else "not installed"
-        parts.append(f"{lib} {state}")
+    parts = [f"{lib} {hook_state(lib)}" for lib in sorted(_STATES)]
     return "GPU-array hooks: " + (", ".join(parts) or "none registered")
 
 

@@ -347,4 +347,12 @@ def installed() -> bool:
     return _library is not None
 
 
-device_routing.register_hook(LIBRARY, installed)
+def state() -> str:
+    """``"installed"``, ``"waiting for its import"`` or ``"not installed"``."""
+    if installed():
+        return "installed"
+    return "waiting for its import" if (_watcher is not None or _pending) else \
+        "not installed"
+
+
+device_routing.register_hook(LIBRARY, state)

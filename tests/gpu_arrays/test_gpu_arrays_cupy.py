@@ -58,7 +58,9 @@ def test_every_entry_point_is_routed_with_the_explicit_calls_bits(cupy, gpu_disp
         same_bits(r, want)
     same_bits(stacked, ob.matmul(sa, sb))
     by_entry = ob.stats()["routed_by_entry"]
-    assert by_entry.get("CuPy gemmEx", 0) >= len(got), by_entry
+    # einsum may issue its product as a stack of one: either function
+    assert sum(by_entry.values()) == len(got) + 1, by_entry
+    assert by_entry.get("CuPy gemmEx", 0) >= len(got) - 1, by_entry
     assert by_entry.get("CuPy gemmStridedBatchedEx", 0) >= 1, by_entry
 
 
@@ -103,6 +105,8 @@ def test_non_finite_operands_give_cupys_own_answer(cupy, gpu_dispatch):
 def test_the_default_cost_model_decides_per_shape(cupy, gpu_dispatch):
     def shaped(m, k):   # operands of a shape without memory: explain() reads no data
         return cupy.broadcast_to(cupy.zeros((1, 1)), (m, k))
+
+    assert cupy_hook.state() in ("installed", "waiting for its import")
 
     with ob.enabled():
         long_k = ob.explain(shaped(16384, 16384), shaped(16384, 16384))
