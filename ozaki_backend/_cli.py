@@ -61,6 +61,20 @@ def _items(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
+def _check_each(text: str, what: str, convert: Callable[[str], float],
+                ok: Callable[[float], bool]) -> None:
+    """Raise ``ArgumentTypeError`` naming the first comma-separated item of ``text``
+    that ``convert`` rejects or whose value ``ok`` refuses."""
+    for item in _items(text):
+        try:
+            good = ok(convert(item))
+        except ValueError:
+            good = False
+        if not good:
+            where = "" if item == text.strip() else f" in {text!r}"
+            raise argparse.ArgumentTypeError(f"must be {what}; got {item!r}{where}")
+
+
 def int_list(lo: int, hi: int | None = None) -> Callable[[str], str]:
     """An argparse type: comma-separated integers in ``[lo, hi]`` (``''`` for none).
 
@@ -70,15 +84,8 @@ def int_list(lo: int, hi: int | None = None) -> Callable[[str], str]:
     bound = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
 
     def parse(text: str) -> str:
-        for item in _items(text):
-            try:
-                value = int(item)
-            except ValueError:
-                value = None
-            if value is None or value < lo or (hi is not None and value > hi):
-                where = "" if item == text.strip() else f" in {text!r}"
-                raise argparse.ArgumentTypeError(
-                    f"must be comma-separated integers {bound}; got {item!r}{where}")
+        _check_each(text, f"comma-separated integers {bound}", int,
+                    lambda v: v >= lo and (hi is None or v <= hi))
         return text
     parse.__name__ = "integer list"
     return parse
@@ -91,15 +98,7 @@ def float_list(text: str) -> str:
 
     if not _items(text):
         raise argparse.ArgumentTypeError(f"must be comma-separated numbers; got {text!r}")
-    for item in _items(text):
-        try:
-            value = float(item)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value):
-            where = "" if item == text.strip() else f" in {text!r}"
-            raise argparse.ArgumentTypeError(
-                f"must be comma-separated numbers; got {item!r}{where}")
+    _check_each(text, "comma-separated numbers", float, math.isfinite)
     return text
 
 
