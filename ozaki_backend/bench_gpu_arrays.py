@@ -11,8 +11,8 @@ native, at no cost). Last, the dispatch cost of a product the hooks leave alone:
 small float32 product, per call, inside a scope and without.
 
 Timing: ``--warmup`` calls, then ``--reps`` calls back to back (as a loop issues them)
-with one device synchronisation at the end, best of ``--rounds`` such loops; ms per
-product. Needs a GPU and CuPy (PyTorch rows skip without a CUDA build of torch).
+with one device synchronisation at the end, best of ``--rounds`` such loops, the plain
+and the enabled loops alternating; ms per product. Needs a GPU and CuPy (PyTorch rows skip without a CUDA build of torch).
 """
 
 from __future__ import annotations
@@ -82,28 +82,32 @@ class _Lib:
             self.xp.cuda.empty_cache()
 
 
-def _loop_ms(lib, a, b, reps, rounds, warmup):
-    """ms per product of ``reps`` back-to-back ``a @ b`` (best of ``rounds`` loops)."""
-    for _ in range(warmup):
+def _loop_s(lib, a, b, reps):
+    """Seconds per product of ``reps`` back-to-back ``a @ b`` (one sync at the end)."""
+    t0 = time.perf_counter()
+    for _ in range(reps):
         a @ b
     lib.sync()
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            a @ b
-        lib.sync()
-        best = min(best, (time.perf_counter() - t0) / reps)
-    return best * 1e3
+    return (time.perf_counter() - t0) / reps
 
 
 def _row(ob, lib, m, k, n, args):
     a, b = lib.operands(m, k, n)
-    plain = _loop_ms(lib, a, b, args.reps, args.rounds, args.warmup)
     ob.reset_stats()
     with ob.enabled():
         d = ob.explain(a, b)
-        inside = _loop_ms(lib, a, b, args.reps, args.rounds, args.warmup)
+    plain = inside = float("inf")
+    # Plain and enabled loops alternate, so that a drift of the GPU's clocks over the
+    # row cannot favour one side; best of each.
+    for r in range(args.rounds + 1):
+        reps = args.warmup if r == 0 else args.reps
+        if not reps:
+            continue
+        t = _loop_s(lib, a, b, reps)
+        with ob.enabled():
+            u = _loop_s(lib, a, b, reps)
+        if r:
+            plain, inside = min(plain, t * 1e3), min(inside, u * 1e3)
     s = ob.stats()
     calls = args.warmup + args.reps * args.rounds
     del a, b

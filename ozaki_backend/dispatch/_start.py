@@ -37,6 +37,29 @@ def _activate():
                          f"activated: {type(exc).__name__}: {exc}\n")
 
 
+_deferred = False
+
+
+def _activate_after_numpy():
+    # CuPy imports NumPy first thing: activating then would probe CuPy (the engine's
+    # availability, which the package remembers) while CuPy is half imported. Wait for
+    # CuPy's import to finish (_cupy_loaded); torch, whose import also brings NumPy in,
+    # does not stop the activation (its hook waits for it instead: _torch_loaded).
+    global _deferred
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and getattr(getattr(cupy, "__spec__", None), "_initializing", False):
+        _deferred = True
+        return
+    _activate()
+
+
+def _cupy_loaded():
+    global _deferred
+    if _deferred:
+        _deferred = False
+        _activate()
+
+
 def _torch_loaded():
     # torch imports NumPy while it is itself importing, so an activation triggered by
     # that import found a half-imported torch: the GPU-array hook registers its kernels
@@ -67,7 +90,7 @@ class _NumpyWatcher:
 
     @staticmethod
     def after():
-        _activate()
+        _activate_after_numpy()
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname != self.name:
@@ -121,5 +144,6 @@ def main():
         return
     if not any(isinstance(f, _NumpyWatcher) for f in sys.meta_path):
         sys.meta_path.insert(0, _NumpyWatcher())
-        if "torch" not in sys.modules:
-            sys.meta_path.insert(0, _NumpyWatcher("torch", _torch_loaded))
+        for name, after in (("torch", _torch_loaded), ("cupy", _cupy_loaded)):
+            if name not in sys.modules:
+                sys.meta_path.insert(0, _NumpyWatcher(name, after))

@@ -118,23 +118,23 @@ def test_installing_without_cupy_waits_for_its_cublas_module(gpu_dispatch):
 
 def test_the_hook_patches_the_module_when_it_is_imported(gpu_dispatch, tmp_path,
                                                          monkeypatch):
-    """A stand-in for CuPy's cuBLAS module, imported after install(): its GEMM
-    functions are replaced on import and put back by uninstall()."""
+    """A stand-in for CuPy's cuBLAS module (under a name of its own, so that a real CuPy
+    is never disturbed), imported after install(): its GEMM functions are replaced on
+    import and put back by uninstall()."""
     import sys
 
-    if cupy_hook.MODULE in sys.modules:
-        pytest.skip("CuPy's cuBLAS module is imported here")
-    pkg = tmp_path / "cupy_backends" / "cuda" / "libs"
-    pkg.mkdir(parents=True)
-    for d in (pkg.parent.parent, pkg.parent, pkg):
-        (d / "__init__.py").write_text("")
-    (pkg / "cublas.py").write_text(
+    name = "ozaki_fake_cupy_cublas"
+    (tmp_path / f"{name}.py").write_text(
         "def gemmEx(*a, **k):\n    return 'native'\n"
         "def dgemm(*a, **k):\n    return 'native'\n"
         "def sgemm(*a, **k):\n    return 'native'\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    cupy_hook.uninstall()
+    monkeypatch.setattr(cupy_hook, "MODULE", name)
     try:
-        import cupy_backends.cuda.libs.cublas as fake
+        cupy_hook.install()
+        assert cupy_hook.waiting() and not cupy_hook.installed()
+        import ozaki_fake_cupy_cublas as fake
 
         assert cupy_hook.installed() and not cupy_hook.waiting()
         assert fake.gemmEx._ozaki_backend_original is not None
@@ -143,7 +143,7 @@ def test_the_hook_patches_the_module_when_it_is_imported(gpu_dispatch, tmp_path,
         cupy_hook.uninstall()
         assert not hasattr(fake.gemmEx, "_ozaki_backend_original")
     finally:
-        for name in [m for m in sys.modules if m.startswith("cupy_backends")]:
-            del sys.modules[name]
+        sys.modules.pop(name, None)
         cupy_hook.uninstall()
-        cupy_hook.install()      # waiting for the real module again
+        monkeypatch.undo()
+        cupy_hook.install()      # the real module again (now or on its import)
