@@ -11,7 +11,7 @@
 // Operands are read row-wise (A as m x k, B as its transpose n x k, any strides). The
 // equilibration exponents S (one per k) are applied on the fly as x 2^(ks S_k), ks = -1
 // for A and +1 for B^T (S null: not applied).
-#include "common.cuh"
+#include "certificate.cuh"
 
 // ---------------------------------------------------------------------------------
 // One launch initialises a statistics buffer: row r of the (nvals x len) int32 buffer
@@ -331,7 +331,8 @@ extern "C" __global__ void oz_zero_rows(int *__restrict__ E, int rows) {
 // ---------------------------------------------------------------------------------
 // The bound GEMM's operand (spec §2.3): alpha = floor(|x| 2^(7 - E)) in [0, 127] as int8,
 // rows x kpad (zero padded), in the residue planes' layout; SA[r] += sum of the row's
-// alpha (SA zero on entry). Each block walks `tiles` consecutive tiles along k and adds
+// alpha (SA zero on entry) and Z[r] += the row's non-zero entries whose alpha is 0 (Z
+// zero on entry, or null). Each block walks `tiles` consecutive tiles along k and adds
 // its rows' sums once: with one atomic per row and tile, a 4096 x 65536 operand (1024
 // tiles per row; the blocks running at once share their rows) read only 1.7 TB/s,
 // against 3.5 for the residue kernel's same loads and stores (H200).
@@ -339,7 +340,7 @@ extern "C" __global__ void __launch_bounds__(256)
 oz_quantize_down(const double *__restrict__ X, i64 rs, i64 cs, int rows, int cols,
                  int rows_fast, const int *__restrict__ S, int ks, int kpad,
                  const int *__restrict__ E, i8 *__restrict__ Q, int *__restrict__ SA,
-                 int tiles) {
+                 int *__restrict__ Z, int tiles) {
     __shared__ double tile[OZ_TR][OZ_TK + 1];
     int row0 = blockIdx.y * OZ_TR;
     int acc[OZ_QROWS] = {};
@@ -359,9 +360,13 @@ oz_quantize_down(const double *__restrict__ X, i64 rs, i64 cs, int rows, int col
                 int sum = 0;
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
-                    u32 a = live ? oz_alpha_down(tile[rr][tc + j], Er) : 0u;
+                    double x = live ? tile[rr][tc + j] : 0.0;
+                    u32 a = live ? oz_alpha_down(x, Er) : 0u;
                     word |= (a & 0xffu) << (8 * j);
-                    sum += (int)a;
+                    // the alpha sum in the low 20 bits, the entries below the window
+                    // (x != 0, alpha = 0) above: both stay within their fields over
+                    // 16 lanes and 16 tiles (8128 * 16 < 2^20, 64 * 16 < 2^11)
+                    sum += (int)a + ((x != 0.0 && a == 0u) ? (1 << 20) : 0);
                 }
                 return sum;
             },
@@ -371,7 +376,10 @@ oz_quantize_down(const double *__restrict__ X, i64 rs, i64 cs, int rows, int col
 #pragma unroll
     for (int i = 0; i < OZ_QROWS; ++i) {
         int gr = row0 + (threadIdx.x >> 4) + 16 * i;
-        if (gr < rows && acc[i]) atomicAdd(SA + gr, acc[i]);
+        if (gr < rows && acc[i]) {
+            if (acc[i] & 0xfffff) atomicAdd(SA + gr, acc[i] & 0xfffff);
+            if (Z && (acc[i] >> 20)) atomicAdd(Z + gr, acc[i] >> 20);
+        }
     }
 }
 
@@ -609,29 +617,23 @@ extern "C" __global__ void oz_shifts_for(const int *__restrict__ kept, int rows,
 }
 
 // ---------------------------------------------------------------------------------
-// Stage 5: the certificate (spec §10).
-
-// t_ij in units of 2^(E_i + F_j - 67): [s_i < x_i] 2^(60 - b_i) QB_j + [t_j < y_j] 2^(60 - b'_j) QA_i,
-// the two products exact, one rounded addition (the reference's order).
-__device__ __forceinline__ double oz_excess(int si, int bi, int xi, double qb, int tj, int bj,
-                                            int yj, double qa) {
-    double ra = si < xi ? ldexp(1.0, 60 - bi) : 0.0;
-    double rb = tj < yj ? ldexp(1.0, 60 - bj) : 0.0;
-    return __dadd_rn(__dmul_rn(ra, qb), __dmul_rn(qa, rb));
-}
+// Stage 5: the certificate (spec §10; the element-wise arithmetic in certificate.cuh).
 
 // Per row (of A, or of B^T) and count: f[c][r] = [s < x] 2^(60 - b) with b = kept[c][r]
-// and s = b - E (0 for an all-zero row), and q[r] = SA + n: the two factors of each
-// term of t_ij below, so that the per-element test is two exact products and one
-// rounded addition.
+// and s = b - E (0 for an all-zero row); q[r] = SA + n and rq[r] = sqrt(q) (correctly
+// rounded): the factors of each term of the element's excess x (f q) and spread w
+// (f rq), so that the per-element test is four products and two rounded additions.
 extern "C" __global__ void oz_cert_factors(const int *__restrict__ kept, int rows,
                                            const int *__restrict__ E, const int *__restrict__ X,
                                            const int *__restrict__ n, const int *__restrict__ SA,
-                                           double *__restrict__ f, double *__restrict__ q) {
+                                           double *__restrict__ f, double *__restrict__ q,
+                                           double *__restrict__ rq) {
     int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= rows) return;
     int Er = E[r], xr = X[r], nr = n[r];
-    q[r] = (double)(SA[r] + nr);
+    double qr = (double)(SA[r] + nr);
+    q[r] = qr;
+    rq[r] = __dsqrt_rn(qr);
     for (int c = 0; c < OZ_NN; ++c) {
         int b = kept[(i64)c * rows + r];
         int sr = nr ? b - Er : 0;
@@ -639,91 +641,59 @@ extern "C" __global__ void oz_cert_factors(const int *__restrict__ kept, int row
     }
 }
 
-// The certificate's factor of one element (spec §10.2, rules.certificate_factor):
-// c = min(ke - 1, 16, isqrt(ke) * inv_div) for the overlap length ke of row i's and
-// column j's non-zero ranges along k, 0 for ke <= 1; inv_div = 1/8 or 1/32 (exact).
-// isqrt: the float sqrt of an int is within one of it; the two corrections make it exact.
-__device__ __forceinline__ double oz_cert_factor(int ke, double inv_div) {
-    if (ke <= 1) return 0.0;
-    int r = (int)sqrt((double)ke);
-    if ((i64)r * r > ke) --r;
-    if ((i64)(r + 1) * (r + 1) <= ke) ++r;
-    double c = (double)r * inv_div;
-    c = c < 16.0 ? c : 16.0;
-    return c < (double)(ke - 1) ? c : (double)(ke - 1);
-}
-
-// The length of the intersection of the non-zero ranges along k of row i of A and column
-// j of B (spec §10.1): at most 0 where they do not meet, and then the element is exact.
-__device__ __forceinline__ int oz_overlap_len(const int *__restrict__ lo,
-                                              const int *__restrict__ hi, int row,
-                                              const int *__restrict__ lob,
-                                              const int *__restrict__ hib, int col) {
-    return min(hi[row], hib[col]) - max(lo[row], lob[col]) + 1;
-}
-
-// For every element of one P tile, the fewest counts (OZ_NLO + c) whose a-priori test it
-// passes (spec §10.3): out[0] = max of those counts, out[1] += elements passing none.
-// The test is monotone in the count, so the search starts at `guess` (the count ordinary
-// data certifies with) and walks down while it passes or up until it does: two tests for
-// a typical element instead of a scan from the smallest count. With fixed >= 0 only that
-// count is tested (a fixed moduli= plan): out[1] += elements failing it.
+// For every element of one P tile, the fewest count (OZ_NLO + c) whose a-priori test it
+// passes (spec §10.2-10.3), as a histogram: out[0] += elements passing none, out[1] +=
+// undecided elements (below), out[2] += direct elements (one or two terms), out[4] +=
+// exempt elements (at most two terms: direct or exactly zero), out[5 + c] += elements
+// whose fewest count is c (exempt elements pass at every count: c = 0). out[3] is the
+// gathers' gate (kernels/certificate.cu oz_gather_gate).
+// The test is monotone in the count: the search starts at `guess` (the count ordinary
+// data certifies with) and walks down while it passes or up until it does. With fixed >= 0
+// only that count is tested (a fixed moduli= plan): out[0] += elements failing it.
+// with_direct = 0 (the complex scheme's embedding): only exact zeros are exempt.
 // The search stays within the counts lo .. hi and the largest (OZ_NN - 1), those whose
-// kept bits were computed (oz_u_colmin_w): an element passing at lo reports lo (its
-// count is at most lo: exact for the maximum unless the maximum is lo > 0, which the
-// host checks); one failing at hi but passing at the largest adds to out[2] (its count
-// is unknown: the host computes every count's kept bits and searches again); one
-// failing at the largest passes none. lo = 0, hi = OZ_NN - 1: the full search.
-// fa, fb: the c-major factor tables of oz_cert_factors (row strides arows, bcols).
-// Block (32, 8), grid (cols / 32, rows / OZ_CR): a thread owns one column and walks
-// OZ_CR / 8 rows. Only the largest count and the elements with none leave the kernel,
-// so an element that passes at the thread's running maximum (cur) cannot change them
-// (the test is monotone in the count: its search would end at or below cur) and takes
-// that one test; the others search as above. The block first copies into shared memory
-// its rows' ranges along k, their q and their factors at the counts lo .. hi, and the
-// factors of its 32 columns at those counts (the first OZ_NW of them: a window's), and
-// a thread issues OZ_UB loads of P before testing any: the loop's only global loads are
-// then P's. The block combines its warps' results before the one read of out and its
-// atomics (every warp of the grid reading the one address took about as long as the
-// pass itself). (A search of three tests per element with its factors read from global
-// memory, one atomic read per warp, 128 rows per block: 0.37 ms at 8192^2 on the H200,
-// ~0.7 TB/s.) ozaki_backend/cuda/certificate.py _CR is OZ_CR.
+// kept bits were computed (oz_u_colmin_w): an element passing at lo counts at lo (its
+// count is at most lo: spec.window_choice tells when that settles the product's count);
+// one failing at hi but passing at the largest is undecided; one failing at the largest
+// passes none. lo = 0, hi = OZ_NN - 1: the full search.
+// fa, fb: the c-major factor tables of oz_cert_factors (row strides arows, bcols); qa/ra,
+// qb/rb their q and rq; G: the tile's gathered lower bounds (int16, row stride ldg), or
+// null where the gathers did not run. Block (32, 8), grid (cols / 32, rows / OZ_CR): a
+// thread owns one column and walks OZ_CR / 8 rows; the block first copies into shared
+// memory its rows' statistics and their factors at the counts lo .. lo + OZ_NW - 1, and
+// the factors of its 32 columns at those counts, and a thread issues OZ_UB loads of P
+// before testing any. Its histogram meets in shared memory (a thread adds a run of equal
+// bins at once: ordinary data puts almost every element in one bin) before one atomic
+// per bin and block. ozaki_backend/cuda/certificate.py _CR is OZ_CR.
 #define OZ_CR 256
-
-// The a-priori test of one element at one count (spec §10.2): x == 0 or
-// nextafter(x, inf) <= cp. Here x and cp are finite and x >= 0 (sums of products of
-// powers of two and integers; cp = c P), and nextafter(x, inf) <= cp is x < cp (cp, a
-// float64 above x, is at least the next float64 after it).
-__device__ __forceinline__ bool oz_passes(double x, double cp) {
-    return x == 0.0 || x < cp;
-}
+#define OZ_HIST (5 + OZ_NN)
 
 template <class T>
-__device__ __forceinline__ void oz_cert_counts(const T *__restrict__ P, i64 ldp, int rows,
-                                               int cols, const double *__restrict__ fa,
-                                               const double *__restrict__ qa, int arows,
-                                               const double *__restrict__ fb,
-                                               const double *__restrict__ qb, int bcols,
-                                               const int *__restrict__ loA,
-                                               const int *__restrict__ hiA,
-                                               const int *__restrict__ loB,
-                                               const int *__restrict__ hiB,
-                                               double inv_div, int guess, int fixed,
-                                               int lo, int hi, int *__restrict__ out) {
-    __shared__ int lo_sh[OZ_CR], hi_sh[OZ_CR];
-    __shared__ double qa_sh[OZ_CR], fa_sh[OZ_NW][OZ_CR], fb_sh[OZ_NW][32];
-    __shared__ int red_sh[3][8];
+__device__ __forceinline__ void oz_cert_counts(
+    const T *__restrict__ P, i64 ldp, int rows, int cols, const short *__restrict__ G, i64 ldg,
+    const double *__restrict__ fa, const double *__restrict__ qa, const double *__restrict__ ra,
+    int arows, const double *__restrict__ fb, const double *__restrict__ qb,
+    const double *__restrict__ rb, int bcols, const int *__restrict__ loA,
+    const int *__restrict__ hiA, const int *__restrict__ nA, const int *__restrict__ EA,
+    const int *__restrict__ loB, const int *__restrict__ hiB, const int *__restrict__ nB,
+    const int *__restrict__ FB, int kbits, int with_direct, int guess, int fixed, int lo,
+    int hi, int *__restrict__ out) {
+    __shared__ int lo_sh[OZ_CR], hi_sh[OZ_CR], n_sh[OZ_CR], e_sh[OZ_CR];
+    __shared__ double qa_sh[OZ_CR], ra_sh[OZ_CR], fa_sh[OZ_NW][OZ_CR], fb_sh[OZ_NW][32];
+    __shared__ int hist_sh[OZ_HIST];
     int col = blockIdx.x * 32 + threadIdx.x;
-    int need_max = 0, none = 0, outside = 0;
     int g = fixed >= 0 ? fixed : min(max(guess, lo), hi);
-    int g1 = g > lo ? g - 1 : g;
     int nw = min(hi - lo + 1, OZ_NW);       // counts lo .. lo + nw - 1 staged
     int r0 = blockIdx.y * OZ_CR, r1 = min(rows, r0 + OZ_CR);
     int tid = threadIdx.y * 32 + threadIdx.x;
+    for (int r = tid; r < OZ_HIST; r += 256) hist_sh[r] = 0;
     for (int r = tid; r < r1 - r0; r += 256) {
         lo_sh[r] = loA[r0 + r];
         hi_sh[r] = hiA[r0 + r];
+        n_sh[r] = nA[r0 + r];
+        e_sh[r] = EA[r0 + r];
         qa_sh[r] = qa[r0 + r];
+        ra_sh[r] = ra[r0 + r];
     }
     for (int e = tid; e < nw * (r1 - r0); e += 256) {
         int c = e / (r1 - r0), r = e - c * (r1 - r0);
@@ -732,14 +702,19 @@ __device__ __forceinline__ void oz_cert_counts(const T *__restrict__ P, i64 ldp,
     if (col < cols)
         for (int c = threadIdx.y; c < nw; c += 8) fb_sh[c][threadIdx.x] = fb[(i64)(lo + c) * bcols + col];
     __syncthreads();
+    int run_bin = -1, run = 0;
+    auto add = [&](int bin) {
+        if (bin == run_bin) {
+            ++run;
+            return;
+        }
+        if (run && run_bin >= 0) atomicAdd(&hist_sh[run_bin], run);
+        run_bin = bin;
+        run = 1;
+    };
     if (col < cols) {
-        double qbj = qb[col];
-        int lob = loB[col], hib = hiB[col];
-        // The factor depends on the overlap length only, which is k itself for dense
-        // operands: computed again only when the length changes (its isqrt is most of
-        // an element's arithmetic).
-        int last_ke = -1;
-        double cf = 0.0;
+        double qbj = qb[col], rbj = rb[col];
+        int lob = loB[col], hib = hiB[col], nbj = nB[col], Fj = FB[col];
         for (int i = r0 + threadIdx.y; i < r1; i += 8 * OZ_UB) {
             T p[OZ_UB];
             oz_load_column_batch(P, ldp, col, i, r1, p);
@@ -748,186 +723,69 @@ __device__ __forceinline__ void oz_cert_counts(const T *__restrict__ P, i64 ldp,
                 int row = i + 8 * b;
                 if (row >= r1) continue;
                 int rl = row - r0;
-                int need;
-                int ke = min(hi_sh[rl], hib) - max(lo_sh[rl], lob) + 1;
-                if (ke <= 0) {
-                    need = OZ_NLO;                      // no overlap: exact at every count
-                } else {
-                    if (ke != last_ke) {
-                        cf = oz_cert_factor(ke, inv_div);
-                        last_ke = ke;
-                    }
-                    double cp = __dmul_rn(cf, (double)p[b]);
-                    double qai = qa_sh[rl];
-                    // The staged counts from shared memory, any other (the largest, a
-                    // fixed count outside them, the rest of a full search) from the tables.
-                    auto test = [&](int c) {
-                        bool in = c >= lo && c < lo + nw;
-                        double fac = in ? fa_sh[in ? c - lo : 0][rl] : fa[(i64)c * arows + row];
-                        double fbc = in ? fb_sh[in ? c - lo : 0][threadIdx.x]
-                                        : fb[(i64)c * bcols + col];
-                        double x = __dadd_rn(__dmul_rn(fac, qbj), __dmul_rn(qai, fbc));
-                        return oz_passes(x, cp);
-                    };
-                    int cur = need_max - OZ_NLO;
-                    if (fixed >= 0) {
-                        need = test(g) ? OZ_NLO + g : 0;
-                    } else if (cur >= lo && test(cur)) {
-                        need = OZ_NLO + lo;             // at most cur's: max unchanged
-                    } else if (test(g)) {
-                        int c = g;
-                        if (c > lo && test(g1)) {
-                            c = g1;
-                            while (c > lo && test(c - 1)) --c;
-                        }
-                        need = OZ_NLO + c;
-                    } else {
-                        int c = g + 1;
-                        while (c <= hi && !test(c)) ++c;
-                        if (c <= hi) {
-                            need = OZ_NLO + c;
-                        } else if (hi == OZ_NN - 1) {
-                            need = 0;
-                        } else {
-                            need = 0;
-                            outside = test(OZ_NN - 1);
-                        }
-                    }
+                int ke = oz_terms(lo_sh[rl], hi_sh[rl], n_sh[rl], lob, hib, nbj);
+                if (ke <= (with_direct ? 2 : 0)) {
+                    if (ke >= 1) atomicAdd(&hist_sh[2], 1);
+                    atomicAdd(&hist_sh[4], 1);
+                    add(fixed >= 0 ? -2 : 5);           // exempt: passes at every count
+                    continue;
                 }
-                need_max = max(need_max, need);
-                none += need == 0 && !outside;
+                double g14 = G ? oz_g16_value(G[(i64)rl * ldg + col]) : 0.0;
+                OzPrior q = oz_prior(ke, e_sh[rl], Fj, kbits, (double)p[b], g14, G != nullptr,
+                                     with_direct);
+                double qai = qa_sh[rl], rai = ra_sh[rl];
+                // The staged counts from shared memory, any other (the largest, a fixed
+                // count outside them, the rest of a full search) from the tables.
+                auto test = [&](int c) {
+                    bool in = c >= lo && c < lo + nw;
+                    double fac = in ? fa_sh[in ? c - lo : 0][rl] : fa[(i64)c * arows + row];
+                    double fbc = in ? fb_sh[in ? c - lo : 0][threadIdx.x]
+                                    : fb[(i64)c * bcols + col];
+                    return oz_passes(q, oz_x(fac, qbj, qai, fbc), oz_x(fac, rbj, rai, fbc));
+                };
+                int bin;
+                if (fixed >= 0) {
+                    bin = test(g) ? -2 : 0;             // -2: no bin (passes the count)
+                } else if (test(g)) {
+                    int c = g;
+                    while (c > lo && test(c - 1)) --c;
+                    bin = 5 + c;
+                } else {
+                    int c = g + 1;
+                    while (c <= hi && !test(c)) ++c;
+                    if (c <= hi)
+                        bin = 5 + c;
+                    else if (hi == OZ_NN - 1 || !test(OZ_NN - 1))
+                        bin = 0;
+                    else
+                        bin = 1;
+                }
+                add(bin);
             }
         }
     }
-    for (int off = 16; off > 0; off >>= 1) {
-        need_max = max(need_max, __shfl_xor_sync(0xffffffffu, need_max, off));
-        none += __shfl_xor_sync(0xffffffffu, none, off);
-        outside += __shfl_xor_sync(0xffffffffu, outside, off);
-    }
-    if (threadIdx.x == 0) {
-        red_sh[0][threadIdx.y] = need_max;
-        red_sh[1][threadIdx.y] = none;
-        red_sh[2][threadIdx.y] = outside;
-    }
+    if (run && run_bin >= 0) atomicAdd(&hist_sh[run_bin], run);
     __syncthreads();
-    // Nearly every block finds the same count: read before the atomic, so that one
-    // address is not hit by every block of the grid.
-    if (tid == 0) {
-        for (int y = 1; y < 8; ++y) {
-            need_max = max(need_max, red_sh[0][y]);
-            none += red_sh[1][y];
-            outside += red_sh[2][y];
-        }
-        if (need_max && need_max > *((volatile int *)out)) atomicMax(out, need_max);
-        if (none) atomicAdd(out + 1, none);
-        if (outside) atomicAdd(out + 2, outside);
+    for (int r = tid; r < OZ_HIST; r += 256)
+        if (hist_sh[r]) atomicAdd(out + r, hist_sh[r]);
+}
+
+#define OZ_CERT_COUNTS(NAME, T)                                                                  \
+    extern "C" __global__ void __launch_bounds__(256) NAME(                                      \
+        const T *__restrict__ P, i64 ldp, int rows, int cols, const short *__restrict__ G,       \
+        i64 ldg, const double *__restrict__ fa, const double *__restrict__ qa,                   \
+        const double *__restrict__ ra, int arows, const double *__restrict__ fb,                 \
+        const double *__restrict__ qb, const double *__restrict__ rb, int bcols,                 \
+        const int *__restrict__ loA, const int *__restrict__ hiA, const int *__restrict__ nA,    \
+        const int *__restrict__ EA, const int *__restrict__ loB, const int *__restrict__ hiB,    \
+        const int *__restrict__ nB, const int *__restrict__ FB, int kbits, int with_direct,      \
+        int guess, int fixed, int lo, int hi, int *__restrict__ out) {                           \
+        oz_cert_counts<T>(P, ldp, rows, cols, G, ldg, fa, qa, ra, arows, fb, qb, rb, bcols, loA, \
+                          hiA, nA, EA, loB, hiB, nB, FB, kbits, with_direct, guess, fixed, lo,   \
+                          hi, out);                                                              \
     }
-}
-
-extern "C" __global__ void __launch_bounds__(256)
-oz_cert_counts_i32(const int *__restrict__ P, i64 ldp, int rows, int cols,
-                   const double *__restrict__ fa, const double *__restrict__ qa, int arows,
-                   const double *__restrict__ fb, const double *__restrict__ qb, int bcols,
-                   const int *__restrict__ loA, const int *__restrict__ hiA,
-                   const int *__restrict__ loB, const int *__restrict__ hiB, double inv_div,
-                   int guess, int fixed, int lo, int hi, int *__restrict__ out) {
-    oz_cert_counts<int>(P, ldp, rows, cols, fa, qa, arows, fb, qb, bcols, loA, hiA, loB, hiB,
-                        inv_div, guess, fixed, lo, hi, out);
-}
-extern "C" __global__ void __launch_bounds__(256)
-oz_cert_counts_i64(const i64 *__restrict__ P, i64 ldp, int rows, int cols,
-                   const double *__restrict__ fa, const double *__restrict__ qa, int arows,
-                   const double *__restrict__ fb, const double *__restrict__ qb, int bcols,
-                   const int *__restrict__ loA, const int *__restrict__ hiA,
-                   const int *__restrict__ loB, const int *__restrict__ hiB, double inv_div,
-                   int guess, int fixed, int lo, int hi, int *__restrict__ out) {
-    oz_cert_counts<i64>(P, ldp, rows, cols, fa, qa, arows, fb, qb, bcols, loA, hiA, loB, hiB,
-                        inv_div, guess, fixed, lo, hi, out);
-}
-
-// The bound of a computed C_ij = RN(A'B' 2^(-s-t)) and the a-posteriori test (spec §10.4),
-// as the reference's result_bound / meets_target, operation for operation:
-//   T = x == 0 ? 0 : up(ldexp(up(x), E + F - 67) + eta),  R = up(ldexp(|C|, -53) + eta),
-//   bound = up(T + R); gap = down(|C| - bound); L = down(ldexp(P, E + F - 14));
-//   pass = T == 0 || T <= down((c u) max(L, gap))   (max: NaN if gap is NaN; the final
-//   rounding R is not part of the method error the target limits).
-// bound (optional, any strides) receives the bound; out[0] += failing elements.
-#define OZ_ETA 4.9406564584124654e-324
-#define OZ_U 1.1102230246251565e-16
-__device__ __forceinline__ double oz_up(double x) {
-    return nextafter(x, __longlong_as_double(0x7ff0000000000000ll));
-}
-__device__ __forceinline__ double oz_down(double x) { return nextafter(x, 0.0); }
-__device__ __forceinline__ int oz_clip_exp(int e) { return min(max(e, -4000), 4000); }
-
-template <class T>
-__device__ __forceinline__ void oz_certify(const T *__restrict__ P, i64 ldp, int rows, int cols,
-                                           const double *__restrict__ C, i64 cr, i64 cc,
-                                           const int *__restrict__ E, const int *__restrict__ XA,
-                                           const int *__restrict__ SA, const int *__restrict__ nA,
-                                           const int *__restrict__ s,
-                                           const int *__restrict__ F, const int *__restrict__ YB,
-                                           const int *__restrict__ SB, const int *__restrict__ nB,
-                                           const int *__restrict__ t, const int *__restrict__ loA,
-                                           const int *__restrict__ hiA,
-                                           const int *__restrict__ loB,
-                                           const int *__restrict__ hiB, double inv_div,
-                                           double *__restrict__ bound, i64 br, i64 bc,
-                                           int *__restrict__ out) {
-    int col = blockIdx.x * 32 + threadIdx.x;
-    int row = blockIdx.y * 8 + threadIdx.y;
-    int fail = 0;
-    if (row < rows && col < cols) {
-        int Ei = E[row], Fj = F[col];
-        double qa = (double)(SA[row] + nA[row]), qb = (double)(SB[col] + nB[col]);
-        int ke = oz_overlap_len(loA, hiA, row, loB, hiB, col);
-        double x = ke <= 0 ? 0.0
-                 : oz_excess(s[row], s[row] + Ei, XA[row], qb, t[col], t[col] + Fj, YB[col], qa);
-        double Tb = x == 0.0 ? 0.0
-                  : oz_up(__dadd_rn(ldexp(oz_up(x), oz_clip_exp(Ei + Fj - 67)), OZ_ETA));
-        double c = C[(i64)row * cr + (i64)col * cc];
-        double R = oz_up(__dadd_rn(ldexp(fabs(c), -53), OZ_ETA));
-        double b = oz_up(__dadd_rn(Tb, R));
-        if (bound) bound[(i64)row * br + (i64)col * bc] = b;
-        if (out) {
-            double gap = oz_down(__dsub_rn(fabs(c), b));
-            double L = oz_down(ldexp((double)P[(i64)row * ldp + col], oz_clip_exp(Ei + Fj - 14)));
-            double low = isnan(gap) ? gap : (gap > L ? gap : L);
-            double cu = oz_cert_factor(ke, inv_div) * OZ_U;       // exact: u = 2^-53
-            double goal = oz_down(__dmul_rn(cu, low));
-            fail = !(Tb == 0.0 || Tb <= goal);
-        }
-    }
-    if (out) {
-        for (int off = 16; off > 0; off >>= 1) fail += __shfl_xor_sync(0xffffffffu, fail, off);
-        if ((threadIdx.x & 31) == 0 && fail) atomicAdd(out, fail);
-    }
-}
-
-extern "C" __global__ void __launch_bounds__(256)
-oz_certify_i32(const int *__restrict__ P, i64 ldp, int rows, int cols, const double *__restrict__ C,
-               i64 cr, i64 cc, const int *__restrict__ E, const int *__restrict__ XA,
-               const int *__restrict__ SA, const int *__restrict__ nA, const int *__restrict__ s,
-               const int *__restrict__ F, const int *__restrict__ YB, const int *__restrict__ SB,
-               const int *__restrict__ nB, const int *__restrict__ t,
-               const int *__restrict__ loA, const int *__restrict__ hiA,
-               const int *__restrict__ loB, const int *__restrict__ hiB, double inv_div,
-               double *__restrict__ bound, i64 br, i64 bc, int *__restrict__ out) {
-    oz_certify<int>(P, ldp, rows, cols, C, cr, cc, E, XA, SA, nA, s, F, YB, SB, nB, t, loA, hiA,
-                    loB, hiB, inv_div, bound, br, bc, out);
-}
-extern "C" __global__ void __launch_bounds__(256)
-oz_certify_i64(const i64 *__restrict__ P, i64 ldp, int rows, int cols, const double *__restrict__ C,
-               i64 cr, i64 cc, const int *__restrict__ E, const int *__restrict__ XA,
-               const int *__restrict__ SA, const int *__restrict__ nA, const int *__restrict__ s,
-               const int *__restrict__ F, const int *__restrict__ YB, const int *__restrict__ SB,
-               const int *__restrict__ nB, const int *__restrict__ t,
-               const int *__restrict__ loA, const int *__restrict__ hiA,
-               const int *__restrict__ loB, const int *__restrict__ hiB, double inv_div,
-               double *__restrict__ bound, i64 br, i64 bc, int *__restrict__ out) {
-    oz_certify<i64>(P, ldp, rows, cols, C, cr, cc, E, XA, SA, nA, s, F, YB, SB, nB, t, loA, hiA,
-                    loB, hiB, inv_div, bound, br, bc, out);
-}
+OZ_CERT_COUNTS(oz_cert_counts_i32, int)
+OZ_CERT_COUNTS(oz_cert_counts_i64, i64)
 
 // ---------------------------------------------------------------------------------
 

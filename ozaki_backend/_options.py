@@ -7,10 +7,16 @@ things with the same messages.
 
 from __future__ import annotations
 
+import os
+
 PRECISIONS = ("fp64",)
 MODES = ("fast", "accurate")
 SCHEMES = ("ozaki2", "phase22")
 ENGINES = ("auto", "cpu", "cuda")
+#: ``performant``: on the CUDA engine, products this GPU's native DGEMM runs faster are
+#: computed natively (and escalations stop at native as soon as it is cheaper);
+#: ``eager``: always emulate (the CPU engine always does).
+EMULATIONS = ("performant", "eager")
 
 # Default values of the numerical options (what ``matmul`` uses when not told).
 DEFAULTS = {
@@ -21,6 +27,7 @@ DEFAULTS = {
     "scheme": "ozaki2",
     "engine": "auto",
     "residual": False,
+    "emulation": "performant",
 }
 
 
@@ -61,11 +68,14 @@ def parse_workspace(value):
 
 
 def normalize(precision="fp64", bits=None, moduli=None, mode="accurate",
-              scheme="ozaki2", engine="auto", residual=False, workspace=None):
+              scheme="ozaki2", engine="auto", residual=False, workspace=None,
+              emulation=None):
     """Validate the numerical options; return them as a dict.
 
     ``workspace`` (a device-memory budget, :func:`parse_workspace`) changes no bit of
-    any result; it is in the dict only when given.
+    any result; it is in the dict only when given. ``emulation`` (:data:`EMULATIONS`;
+    None: ``OZAKI_BACKEND_EMULATION``, else ``"performant"``) decides whether the CUDA
+    engine may run native DGEMM where it is faster.
 
     Raises
     ------
@@ -83,6 +93,10 @@ def normalize(precision="fp64", bits=None, moduli=None, mode="accurate",
         "mode": _choice("mode", mode, MODES),
         "scheme": _choice("scheme", scheme, SCHEMES),
         "engine": _choice("engine", engine, ENGINES),
+        # None: OZAKI_BACKEND_EMULATION (empty means unset), else "performant"
+        "emulation": _choice("emulation", emulation if emulation is not None else
+                             (os.environ.get("OZAKI_BACKEND_EMULATION", "").strip()
+                              or "performant"), EMULATIONS),
     }
     if not isinstance(residual, bool):
         raise TypeError(f"residual must be a bool; got {type(residual).__name__}")

@@ -26,8 +26,8 @@ import numpy as np
 
 from . import _options
 from .spec.moduli import KSPLIT, MAX_MODULI, MIN_MODULI, MODULI
-from .spec.rules import (CERT_C, certificate_divisor, certificate_factor,
-                         expected_moduli, guaranteed_bits, moduli_for_bits)
+from .spec.rules import (KAPPA, NATIVE_K, expected_moduli, guaranteed_bits,
+                         moduli_for_bits)
 from .spec.seed import K_CHUNK_MAX as PHASE22_KCHUNK
 from .spec.seed import PRIMES as PHASE22_PRIMES
 
@@ -53,14 +53,15 @@ def bind(*, execute: Callable[..., Any], moduli_for: Callable[[Any, Any, Plan], 
 
 def plan(m: int, n: int, k: int, *, precision: str = "fp64", bits: int | None = None,
          moduli: int | None = None, mode: str = "accurate", scheme: str = "ozaki2",
-         engine: str = "auto", residual: bool = False) -> Plan:
+         engine: str = "auto", residual: bool = False,
+         emulation: str | None = None) -> Plan:
     """The plan for an ``(m, k) @ (k, n)`` product.
 
     Parameters
     ----------
     m, n, k : int
         Problem shape.
-    precision, bits, moduli, mode, scheme, engine, residual
+    precision, bits, moduli, mode, scheme, engine, residual, emulation
         As for :func:`ozaki_backend.matmul`.
 
     Returns
@@ -69,7 +70,7 @@ def plan(m: int, n: int, k: int, *, precision: str = "fp64", bits: int | None = 
         Printable; ``plan.matmul(a, b)`` multiplies with it.
     """
     return Plan(m, n, k, precision=precision, bits=bits, moduli=moduli, mode=mode,
-                scheme=scheme, engine=engine, residual=residual)
+                scheme=scheme, engine=engine, residual=residual, emulation=emulation)
 
 
 class Plan:
@@ -118,9 +119,11 @@ class Plan:
 
     def __init__(self, m: int, n: int, k: int, *, precision: str = "fp64",
                  bits: int | None = None, moduli: int | None = None, mode: str = "accurate",
-                 scheme: str = "ozaki2", engine: str = "auto", residual: bool = False) -> None:
+                 scheme: str = "ozaki2", engine: str = "auto", residual: bool = False,
+                 emulation: str | None = None) -> None:
         opts = _options.normalize(precision=precision, bits=bits, moduli=moduli, mode=mode,
-                                  scheme=scheme, engine=engine, residual=residual)
+                                  scheme=scheme, engine=engine, residual=residual,
+                                  emulation=emulation)
         dims = []
         for name, v in (("m", m), ("n", n), ("k", k)):
             if isinstance(v, np.integer) and not isinstance(v, np.bool_):
@@ -157,19 +160,24 @@ class Plan:
             rule = f"moduli={N} given"
         elif opts["bits"] is not None:
             N = moduli_for_bits(opts["bits"], kk)
+            if guaranteed_bits(N, kk) < opts["bits"]:
+                raise ValueError(
+                    f"bits={opts['bits']} cannot be guaranteed at k = {kk}: {MAX_MODULI} "
+                    f"moduli, the most there are, guarantee {guaranteed_bits(N, kk)} bits "
+                    f"of each row's and column's largest element")
             rule = (f"bits={opts['bits']}: fewest moduli with H >= k * 4**bits "
                     f"at k = {kk} -> {N}")
         else:
             N = MAX_MODULI
             self.adaptive = True
-            c = certificate_factor(kk, m * n)
-            d = certificate_divisor(m * n)
-            rule = (f"precision='fp64': per call the fewest moduli ({MIN_MODULI}-{N}) "
-                    f"whose error certificate meets c u (|A||B|)_ij for the truncation, "
-                    f"c = min(k_ij-1, {CERT_C}, isqrt(k_ij)/{d}) with k_ij the terms "
-                    f"row i and column j may share (= {c:g} for dense operands); else "
-                    f"{N} moduli and an a-posteriori test, the residual pass, the native "
-                    f"GEMM (docs/spec.md section 10)")
+            rule = (f"precision='fp64': per call the fewest moduli ({MIN_MODULI}-{N}) at "
+                    f"which every element's truncation error is at most native DGEMM's: "
+                    f"size <= {KAPPA:g} u g(k_ij) ||t_ij||_2 (native's typical error, "
+                    f"g = sqrt(min(k_ij, {NATIVE_K})/2)) and rigorous bound <= "
+                    f"(k_ij-1) u (|A||B|)_ij, k_ij the element's terms; at most 1/16 of "
+                    f"the elements may instead pass an a-posteriori test, a few may be "
+                    f"recomputed as dot products; else more moduli, the residual pass or "
+                    f"the native GEMM (docs/spec.md section 10)")
         self.moduli = MODULI[:N]
         self.moduli_range = (MIN_MODULI, N) if self.adaptive else (N, N)
         self.expected_moduli = expected_moduli(kk, m * n) if self.adaptive else N
@@ -238,7 +246,7 @@ class Plan:
     def key(self) -> tuple[object, ...]:
         """Hashable identity: equal keys give bitwise equal results."""
         return (self.scheme, self.mode, self.moduli, self.m, self.n, self.k, self.residual,
-                self.adaptive)
+                self.adaptive, self.options["emulation"])
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Plan) and self.key() == other.key()

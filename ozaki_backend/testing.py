@@ -600,7 +600,7 @@ def error_bound(A, B, plan=None, C=None):
       covered by adding ``η``) and overflows to ``+inf`` (still a bound).
     """
     from .plan import Plan
-    from .reference import certificate, equilibrate, pipeline, scaling
+    from .reference import equilibrate, pipeline, scaling
 
     A = np.asarray(A, dtype=np.float64)
     B = np.asarray(B, dtype=np.float64)
@@ -613,6 +613,7 @@ def error_bound(A, B, plan=None, C=None):
         plan = Plan(m, n, k)
     if plan.scheme != "ozaki2":
         raise NotImplementedError("error_bound covers scheme='ozaki2' only")
+    res = None
     if C is None or plan.adaptive:
         res = pipeline.ozaki2_2d(A, B, plan) if k and m and n else None
         if res is not None and res.outcome in (pipeline.RESIDUAL, pipeline.NATIVE):
@@ -628,9 +629,11 @@ def error_bound(A, B, plan=None, C=None):
     rounding = _up(np.ldexp(np.abs(C), -53) + ETA)
     if k == 0 or m == 0 or n == 0:
         return rounding
+    A0, B0 = A, B
     A, B, _ = equilibrate.equilibrate(A, B)
     st = scaling.statistics(A, B, plan.mode)
-    N = certificate.choose_count(st, plan.mode)[0] if plan.adaptive else plan.n_moduli
+    N = res.n_moduli if plan.adaptive and res is not None else plan.n_moduli
+    N = max(N, 2)     # 0: every element computed from its terms (bounded below)
     s, t = scaling.shifts(st, N, plan.mode)
     As = np.ldexp(A, s[:, None])                   # exact unless subnormal
     Bs = np.ldexp(B, t[None, :])
@@ -645,7 +648,17 @@ def error_bound(A, B, plan=None, C=None):
     T = _up(_up(G + slack) * factor)
     with np.errstate(over="ignore"):
         W = np.ldexp(T, -(s[:, None] + t[None, :]).astype(np.int64).clip(-4000, 4000))
-    return _up(_up(W + ETA) + rounding)
+    out = _up(_up(W + ETA) + rounding)
+    patched = None if res is None else res.patched
+    if patched is not None and patched.any():
+        # Elements computed from their terms (a float64 dot product, the one- or
+        # two-term direct formula): within every DGEMM's gamma_k (|A||B|) + k eta.
+        AB = exact_matmul(np.abs(A0), np.abs(B0))
+        g = _up(_up(k * U64) / (1 - k * U64))
+        with np.errstate(over="ignore"):
+            nat = _up(_up(_up(g * _up(AB * (1 + 2 * U64))) + k * ETA) + rounding)
+        out = np.where(patched, nat, out)
+    return out
 
 
 # --------------------------------------------------------------------------- sampled rows

@@ -42,6 +42,16 @@ def _clean_dispatch(check_hook):
         assert loophook.state()[0] == 0, "the C hook still counts an active scope"
 
 
+@pytest.fixture(autouse=True)
+def _eager_emulation_on_the_gpu(request, monkeypatch):
+    """GPU tests compare the CUDA engine's bits with the CPU reference's: the emulation
+    runs even where this GPU's native DGEMM is faster (``emulation="eager"``), unless a
+    test is about that choice (marked ``performant``)."""
+    if "gpu" in request.keywords and "performant" not in request.keywords:
+        monkeypatch.setenv("OZAKI_BACKEND_EMULATION", "eager")
+    yield
+
+
 @pytest.fixture
 def clean_dispatch():
     """Routing off and stats zeroed around the test; afterwards no scope may be left

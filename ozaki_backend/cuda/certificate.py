@@ -1,45 +1,63 @@
-"""Stage 5 on the GPU — the certificate: the moduli count and the a-posteriori test.
+"""Stage 5 on the GPU — the certificate: the gathers, the moduli count, the a-posteriori
+test.
 
-Mirrors :mod:`ozaki_backend.reference.certificate`. The hot path is two kernels of
-``kernels/scaling.cu`` over the bound GEMM's tiles: ``oz_cert_counts`` (each element's
-fewest a-priori certified count; their maximum and the number of elements no count
-certifies) and ``oz_certify`` (the bound of the computed product and the a-posteriori
-test). The rare paths (the residual pass, the native fallback's bound) evaluate the
-formulas of :mod:`ozaki_backend.spec.certificate` on CuPy arrays — the same
-expressions the CPU engine evaluates on NumPy arrays.
+Mirrors :mod:`ozaki_backend.reference.certificate`. The hot path is one kernel of
+``kernels/scaling.cu`` over the bound GEMM's tiles: ``oz_cert_counts`` (the histogram of
+each element's fewest a-priori certified count, read back in the status array with the
+Inf/NaN flag). Data whose rows span many binades add ``kernels/certificate.cu``'s
+gathers (``oz_top_entries``, ``oz_codes_t``, ``oz_gather``) and, for the few elements
+failing a priori, the a-posteriori passes (``oz_post_*_level``, ``oz_post_*_test``). The
+rare paths (the residual pass, the native fallback's bound) evaluate the formulas of
+:mod:`ozaki_backend.spec.certificate` on CuPy arrays — the same expressions the CPU
+engine evaluates on NumPy arrays.
+
+The status array (int32, :func:`status_size`): ``[0]`` the Inf/NaN flag (above 1024),
+``[1]`` elements passing no count (a fixed count: failing it), ``[2]`` undecided
+elements of a windowed search, ``[3]`` direct elements, ``[4]`` the gathers' gate,
+``[5]`` exempt elements (direct or exactly zero), ``[6 + c]`` elements whose fewest
+count is ``counts[c]``.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import cupy
 import numpy as np
 
 from ..spec import certificate as spec
-from ..spec.rules import certificate_divisor
-from ._common import REAL_TABLE, CountTable, blocks, from_row, span
+from ..spec.rules import GATHER_H
+from . import loader
+from ._common import REAL_TABLE, CountTable, as_rows, blocks, from_row, span
 from .scaling import BoundMatrix, Side, kernel, row_stride
-
 
 #: Rows per block of the count kernel (kernels/scaling.cu OZ_CR).
 _CR = 256
+#: Status slots before the histogram.
+HEAD = 6
 
 
-def _inv_div(elements):
-    """``1/d`` of the certificate's factor for a product of ``elements`` outputs (the
-    kernels compute ``c_ij`` per element from the overlap lengths, spec §10.2)."""
-    return np.float64(1.0 / certificate_divisor(elements))
+def status_size(table: CountTable = REAL_TABLE) -> int:
+    """Length of the status array for ``table``'s counts."""
+    return HEAD + len(table.counts)
 
 
-def _factors(side: Side, table: CountTable):
-    """``(f, q)``: the per-count factor table (NN x rows) and ``SA + n`` of one operand."""
+def _fn(name):
+    return loader.get_function("certificate.cu", name)
+
+
+def factors(side: Side, table: CountTable):
+    """``(f, q, rq)``: the per-count factor table (NN x rows), ``SA + n`` and its
+    correctly rounded square root, of one operand (``oz_cert_factors``)."""
     rows = side.E.shape[0]
     f = cupy.empty((len(table.counts), rows), dtype=np.float64)
     q = cupy.empty(rows, dtype=np.float64)
+    rq = cupy.empty(rows, dtype=np.float64)
     if rows:
         kernel("oz_cert_factors", table)(
             (blocks(rows),), (256,), (side.kept, np.int32(rows), side.E, side.X, side.n,
-                                      side.SA, f, q))
-    return f, q
+                                      side.SA, f, q, rq))
+    return f, q, rq
 
 
 def start_index(k, elements, table: CountTable = REAL_TABLE):
@@ -59,85 +77,223 @@ def start_index(k, elements, table: CountTable = REAL_TABLE):
 _starts = {}        # start_index per (k, elements, table): every product asks twice
 
 
+# --------------------------------------------------------------------------- gathers
+
+class Gathers:
+    """The gathers of one product (``docs/spec.md`` §10.2): each side's top entries and
+    their codes, each side's codes transposed, and the per-tile int16 lower bounds
+    (:meth:`tile`, computed lazily per bound tile)."""
+
+    def __init__(self, a: Side, b: Side, S, k):
+        self.k = k
+        self.h = min(GATHER_H, k)
+        self.a = self._side(a, S)
+        self.b = self._side(b, S)
+        self._tile_key = None
+        self._G = None
+
+    def _side(self, side: Side, S):
+        X = side.X_op
+        rows, cols = X.shape
+        H = cupy.zeros((rows, GATHER_H), dtype=np.int32)
+        Ct = cupy.full((rows, GATHER_H), spec.CODE_ZERO, dtype=np.int8)
+        Ck = cupy.empty((cols, rows), dtype=np.int8)
+        if rows and cols:
+            Xr, rs, cs, rf = as_rows(X)
+            _fn("oz_top_entries")((-(-rows // 8),), (32, 8),
+                                  (Xr, rs, cs, np.int32(rows), np.int32(cols), S,
+                                   np.int32(side.ks), side.E, np.int32(self.h), H, Ct))
+            _fn("oz_codes_t")((-(-cols // 64), -(-rows // 32)), (256,),
+                              (Xr, rs, cs, np.int32(rows), np.int32(cols), rf, S,
+                               np.int32(side.ks), side.E, Ck, np.int64(rows)))
+        return H, Ct, Ck
+
+    def tile(self, i0, i1, j0, j1):
+        """The int16 lower bounds of the tile ``[i0:i1, j0:j1]`` (row stride its width)."""
+        if self._tile_key != (i0, i1, j0, j1):
+            rows, cols = i1 - i0, j1 - j0
+            G = cupy.empty((rows, cols), dtype=np.int16)
+            HA, CtA, CkA = self.a
+            HB, CtB, CkB = self.b
+            if rows and cols:
+                _fn("oz_gather")((-(-cols // 32), -(-rows // 32)), (32, 8),
+                                 (HA, CtA, CkA, np.int64(CkA.shape[1]), np.int32(i0),
+                                  np.int32(rows), HB, CtB, CkB, np.int64(CkB.shape[1]),
+                                  np.int32(j0), np.int32(cols), np.int32(self.h), G,
+                                  np.int64(cols)))
+            self._G, self._tile_key = G, (i0, i1, j0, j1)
+        return self._G
+
+
+def gate_into(a: Side, b: Side, st):
+    """Queue the gathers' gate (``spec.gathers_needed``) into ``st[4]``."""
+    _fn("oz_gather_gate")((1,), (1024,), (a.Z, a.n, np.int32(a.E.shape[0]), b.Z, b.n,
+                                          np.int32(b.E.shape[0]), st[4:5]))
+
+
+# --------------------------------------------------------------------------- the count
+
+class Factors(NamedTuple):
+    fa: object
+    qa: object
+    ra: object
+    fb: object
+    qb: object
+    rb: object
+
+
+def all_factors(a: Side, b: Side, table: CountTable) -> Factors:
+    return Factors(*factors(a, table), *factors(b, table))
+
+
 def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status, fixed=None,
-                table: CountTable = REAL_TABLE, window=None):
-    """Queue the a-priori count over ``table``'s counts: ``status[1]`` receives the
-    largest per-element count and ``status[2]`` the number of elements no count
-    certifies (zero on entry); with ``fixed`` (a count), only that count is tested and
-    ``status[2]`` receives the number of elements failing it. ``window``: the search
-    visits only the counts of ``window = (lo, hi, ...)``
-    (:func:`~ozaki_backend.spec.certificate.count_window`; their
-    kept bits are the ones computed) and ``status[3]`` counts the elements it could not
-    decide (see :func:`decided`)."""
+                table: CountTable = REAL_TABLE, window=None, gathers: Gathers | None = None,
+                fac: Factors | None = None, with_direct=True):
+    """Queue the a-priori count over ``table``'s counts into ``status`` (module
+    docstring); with ``fixed`` (a count), only that count is tested. ``window``: the
+    search visits only the counts of ``window = (lo, hi, ...)``
+    (:func:`~ozaki_backend.spec.certificate.count_window`); ``gathers``: their lower
+    bounds join the test; ``with_direct=False`` (the complex embedding): only exact zeros
+    are exempt."""
     m, n = a.E.shape[0], b.E.shape[0]
-    fa, qa = _factors(a, table)
-    fb, qb = _factors(b, table)
-    # The factor tables are count-major (NN x rows): a tile passes the address of its
-    # first row in table 0 (a 1-D view) and the kernel steps by the full row count.
+    fac = fac or all_factors(a, b, table)
     fn = bm.kernel("oz_cert_counts", table)
-    inv_div = _inv_div(m * n)
     guess = np.int32(start_index(k, m * n, table))
     lo = table.counts[0]
     fix = np.int32(-1 if fixed is None else fixed - lo)
     wlo, whi = (0, len(table.counts) - 1) if window is None else window[:2]
+    kbits = np.int32(int(k).bit_length())
     for (i0, i1, j0, j1) in tiles:
         P = bm.tile(i0, i1, j0, j1)
+        G = None if gathers is None else gathers.tile(i0, i1, j0, j1)
         grid = (-(-(j1 - j0) // 32), -(-(i1 - i0) // _CR))
         fn(grid, (32, 8), (P, row_stride(P), np.int32(i1 - i0), np.int32(j1 - j0),
-                           from_row(fa, i0), span(qa, i0, i1), np.int32(m),
-                           from_row(fb, j0), span(qb, j0, j1), np.int32(n),
-                           span(a.lo, i0, i1), span(a.hi, i0, i1),
-                           span(b.lo, j0, j1), span(b.hi, j0, j1),
-                           inv_div, guess, fix, np.int32(wlo), np.int32(whi), status[1:]))
+                           G, np.int64(0 if G is None else G.shape[1]),
+                           from_row(fac.fa, i0), span(fac.qa, i0, i1), span(fac.ra, i0, i1),
+                           np.int32(m),
+                           from_row(fac.fb, j0), span(fac.qb, j0, j1), span(fac.rb, j0, j1),
+                           np.int32(n),
+                           span(a.lo, i0, i1), span(a.hi, i0, i1), span(a.n, i0, i1),
+                           span(a.E, i0, i1),
+                           span(b.lo, j0, j1), span(b.hi, j0, j1), span(b.n, j0, j1),
+                           span(b.E, j0, j1), kbits, np.int32(1 if with_direct else 0),
+                           guess, fix, np.int32(wlo),
+                           np.int32(whi), status[1:]))
 
 
-def decided(need, outside, window, table: CountTable = REAL_TABLE):
-    """Whether a windowed search (:func:`counts_into`) found the product's count
-    (:func:`~ozaki_backend.spec.certificate.window_decides`)."""
-    return spec.window_decides(need, outside, window, table.counts[0])
+class Decision(NamedTuple):
+    """A product's count from the read-back status."""
+
+    #: The count the product is computed with (a fixed count: that one).
+    n_moduli: int
+    #: Elements failing the a-priori test at that count.
+    failing: int
+    #: The fewest count all elements pass, or None (unknown or none).
+    all_pass: int | None
+    #: Elements of one or two terms (computed directly).
+    direct: int
+    #: Elements in all.
+    elements: int
+    #: Exempt elements (direct or exactly zero).
+    exempt: int = 0
+
+    @property
+    def direct_only(self) -> bool:
+        """Every element is direct or exactly zero: no integer product."""
+        return self.exempt == self.elements
 
 
-def chosen_count(need, unsure, table: CountTable = REAL_TABLE):
-    """The count of a ``precision="fp64"`` product from the device's status (spec §10.3,
-    as the reference's ``choose_count``): the largest per-element count when every
-    element has one, else the table's largest (20 for the real table)."""
-    return need if need and not unsure else table.most
+def decide(host, window, elements, table: CountTable = REAL_TABLE, fixed=None):
+    """The :class:`Decision` of a read-back status, or None when the windowed search did
+    not settle the count (:func:`~ozaki_backend.spec.certificate.window_choice`)."""
+    none, undecided, direct, exempt = int(host[1]), int(host[2]), int(host[3]), int(host[5])
+    if fixed is not None:
+        return Decision(fixed, none, None, direct, elements, exempt)
+    counts = list(table.counts)
+    hist = {counts[c]: int(v) for c, v in enumerate(host[HEAD:HEAD + len(counts)]) if v}
+    ch = spec.window_choice(hist, none, undecided, window, counts, elements)
+    if ch is None:
+        return None
+    return Decision(ch.n_moduli, ch.failing, ch.all_pass, direct, elements, exempt)
 
 
-def certify_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, s, t, C, *, bound=None,
-                 failures=None):
-    """Queue ``oz_certify`` over every tile: the bound of ``C = RN(A'B' 2^(-s-t))`` into
-    ``bound`` (when given, any strides) and the a-posteriori failures added to
-    ``failures[0]`` (when given)."""
-    fn = bm.kernel("oz_certify")        # reads one count's shifts: any table
-    inv_div = _inv_div(a.E.shape[0] * b.E.shape[0])
-    for (i0, i1, j0, j1) in tiles:
-        P = bm.tile(i0, i1, j0, j1)
-        Cv = C[i0:i1, j0:j1]
-        bv = None if bound is None else bound[i0:i1, j0:j1]
-        grid = (-(-(j1 - j0) // 32), -(-(i1 - i0) // 8))
-        fn(grid, (32, 8),
-           (P, row_stride(P), np.int32(i1 - i0), np.int32(j1 - j0), Cv,
-            np.int64(Cv.strides[0] // 8), np.int64(Cv.strides[1] // 8),
-            *(span(x, i0, i1) for x in (a.E, a.X, a.SA, a.n, s)),
-            *(span(x, j0, j1) for x in (b.E, b.X, b.SA, b.n, t)),
-            span(a.lo, i0, i1), span(a.hi, i0, i1), span(b.lo, j0, j1), span(b.hi, j0, j1),
-            inv_div,
-            bv, np.int64(0 if bv is None else bv.strides[0] // 8),
-            np.int64(0 if bv is None else bv.strides[1] // 8), failures))
+# --------------------------------------------------------------------------- a posteriori
+
+def _post_args(a: Side, b: Side, fac: Factors, c, i0, i1, j0, j1, G, k, C, with_direct):
+    Cv = C[i0:i1, j0:j1]
+    return (G, np.int64(0 if G is None else G.shape[1]), np.int32(i1 - i0), np.int32(j1 - j0),
+            span(fac.fa[c], i0, i1), span(fac.qa, i0, i1), span(fac.ra, i0, i1),
+            span(a.lo, i0, i1), span(a.hi, i0, i1), span(a.n, i0, i1), span(a.E, i0, i1),
+            span(fac.fb[c], j0, j1), span(fac.qb, j0, j1), span(fac.rb, j0, j1),
+            span(b.lo, j0, j1), span(b.hi, j0, j1), span(b.n, j0, j1), span(b.E, j0, j1),
+            np.int32(int(k).bit_length()), np.int32(1 if with_direct else 0), Cv,
+            np.int64(Cv.strides[0] // 8),
+            np.int64(Cv.strides[1] // 8))
 
 
-def data(a: Side, b: Side, bm: BoundMatrix, tiles, k) -> spec.CertData:
+def posterior_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, n_moduli, C, *, bound=None,
+                   test=True, gathers: Gathers | None = None, fac: Factors | None = None,
+                   table: CountTable = REAL_TABLE, cap=spec.REPAIR_ELEMENTS, with_direct=True):
+    """The bound of ``C = RN(A'B' 2^(-s-t))`` into ``bound`` (when given) and, with
+    ``test``, the a-posteriori test of the elements failing a priori at ``n_moduli``
+    (:func:`~ozaki_backend.spec.certificate.posterior`). Returns ``(unsettled, idx)``:
+    a device int32 array of 2 (the unsettled count and how many of them are near the
+    overflow threshold, not read here) and the int64 device array of up to ``cap`` of
+    their indices ``i n + j`` (None without ``test``), and the product's level (a float,
+    read back; 0 without ``test``)."""
+    m, n = C.shape
+    fac = fac or all_factors(a, b, table)
+    c = n_moduli - table.counts[0]
+    out = cupy.zeros(2, dtype=np.int32)
+    idx = cupy.empty(max(cap, 1), dtype=np.int64) if test else None
+    level = cupy.zeros(1, dtype=np.uint64)
+    tv = np.int32(1 if test else 0)
+    lev = np.float64(0.0)
+    for stage in (("level",) if test else ()) + ("test",):
+        if stage == "test" and test:
+            # The level is read once (the rare path: some element failed a priori);
+            # the test kernel takes it as an argument.
+            lev = np.float64(level.view(np.float64).get()[0])
+        for (i0, i1, j0, j1) in tiles:
+            P = bm.tile(i0, i1, j0, j1)
+            G = None if gathers is None else gathers.tile(i0, i1, j0, j1)
+            grid = (-(-(j1 - j0) // 32), -(-(i1 - i0) // 8))
+            args = (P, row_stride(P)) + _post_args(a, b, fac, c, i0, i1, j0, j1, G, k, C,
+                                                   with_direct)
+            name = f"oz_post_{'i64' if P.dtype == np.int64 else 'i32'}_{stage}"
+            if stage == "level":
+                _fn(name)(grid, (32, 8), args + (level,))
+                continue
+            bv = None if bound is None else bound[i0:i1, j0:j1]
+            _fn(name)(grid, (32, 8), args + (
+                lev, tv, bv, np.int64(0 if bv is None else bv.strides[0] // 8),
+                np.int64(0 if bv is None else bv.strides[1] // 8), np.int32(m), np.int32(n),
+                np.int32(i0), np.int32(j0), np.int32(cap), out, idx))
+    return out, idx, float(lev)
+
+
+def data(a: Side, b: Side, bm: BoundMatrix, tiles, k, gathers: Gathers | None = None
+         ) -> spec.CertData:
     """The certificate's view of a product on the device (full ``P`` as float64: the
     rare paths only)."""
     m, n = a.E.shape[0], b.E.shape[0]
     P = cupy.empty((m, n), dtype=np.float64)
+    G14 = None if gathers is None else cupy.empty((m, n), dtype=np.float64)
     for (i0, i1, j0, j1) in tiles:
         P[i0:i1, j0:j1] = bm.tile(i0, i1, j0, j1)[:i1 - i0, :j1 - j0]
+        if gathers is not None:
+            G14[i0:i1, j0:j1] = g16_values(gathers.tile(i0, i1, j0, j1))
     f64 = np.float64
+    QA, QB = (a.SA + a.n).astype(f64), (b.SA + b.n).astype(f64)
     return spec.CertData(k, a.E.astype(np.int64), b.E.astype(np.int64),
-                         a.X.astype(np.int64), b.X.astype(np.int64),
-                         (a.SA + a.n).astype(f64), (b.SA + b.n).astype(f64),
+                         a.X.astype(np.int64), b.X.astype(np.int64), QA, QB,
                          a.n.astype(f64), b.n.astype(f64), a.lo.astype(np.int64),
                          a.hi.astype(np.int64), b.lo.astype(np.int64), b.hi.astype(np.int64),
-                         P)
+                         P, cupy.sqrt(QA), cupy.sqrt(QB), G14)
+
+
+def g16_values(G):
+    """float64 values of the int16 gathered bounds (``certificate.cuh`` ``oz_g16_value``)."""
+    g = G.astype(np.int32)
+    mant = cupy.asarray(np.array([4.0, 6.0, 9.0, 0.0]))[g & 3]
+    return cupy.where(g < 0, 0.0, cupy.ldexp(mant, ((g >> 2) - 256).astype(np.int32)))

@@ -280,7 +280,7 @@ def prepare(Ar, Ai, Br, Bi, mode, ph=None, nonzero=None, fixed=None):
         parts = Parts.of(Ar, Ai, Br, Bi)
         m, k = parts.Ar.shape
         n = parts.BrT.shape[0]
-        st = cupy.zeros(4, dtype=np.int32)
+        st = cupy.zeros(certificate.status_size(COMPLEX_TABLE), dtype=np.int32)
         if nonzero is None:
             nonzero = cupy.zeros(2, dtype=np.int32)
         a, b = _sides(parts, mode, st[:1], nonzero)
@@ -483,13 +483,14 @@ def fixed_count(plan, k):
     return complex_moduli_for_bits(int(opts["bits"]), max(k, 1))
 
 
-def _certify(prep, s, t, C2, want_failures):
-    """``oz_certify`` on ``C2 = [Re, Im]`` (m, 2n): ``(bound, failures or None)``."""
-    bound = cupy.empty(C2.shape, dtype=np.float64)
-    fails = cupy.zeros(1, dtype=np.int32) if want_failures else None
-    certificate.certify_into(prep.a, prep.b, prep.bound_matrix(), prep.btiles, prep.k,
-                             s, t, C2, bound=bound, failures=fails)
-    return bound, None if fails is None else int(fails.get()[0])
+def _certify(prep, N, C2, want_bound, test):
+    """The bound of ``C2 = [Re, Im]`` (m, 2n) and, with ``test``, the a-posteriori test
+    of the embedding's elements: ``(bound or None, unsettled, level)``."""
+    bound = cupy.empty(C2.shape, dtype=np.float64) if want_bound else None
+    res, _, level = certificate.posterior_into(
+        prep.a, prep.b, prep.bound_matrix(), prep.btiles, prep.k, N, C2, bound=bound,
+        test=test, fac=prep.factors(), table=COMPLEX_TABLE, cap=0, with_direct=False)
+    return bound, (int(res.get()[0]) if test else 0), level
 
 
 def _residual_term(Xr, Xi, Yr, Yi, mode):
@@ -513,7 +514,7 @@ def _truncated(X, shift, axis):
     return cupy.ldexp(cupy.trunc(cupy.ldexp(X, sh)), -sh)
 
 
-def residual_pass(parts: Parts, prep, n_moduli, d, C2):
+def residual_pass(parts: Parts, prep, n_moduli, d, C2, level):
     """The exact residual pass of a complex product (``docs/spec.md`` §11.4), as the
     reference's :func:`~ozaki_backend.reference.complex.residual_pass`: ``(C, bound)``
     in the embedding's layout, or None."""
@@ -523,7 +524,8 @@ def residual_pass(parts: Parts, prep, n_moduli, d, C2):
     tn = t[:n]
     Art, Ait = _truncated(Ar, s, 0), _truncated(Ai, s, 0)
     Brt, Bit = _truncated(Br, tn, 1), _truncated(Bi, tn, 1)
-    return spec.add_residuals(d, C2, *_residual_term(Ar - Art, Ai - Ait, Br, Bi, prep.mode),
+    return spec.add_residuals(d, spec.prior(d, with_direct=False), C2, level,
+                              *_residual_term(Ar - Art, Ai - Ait, Br, Bi, prep.mode),
                               *_residual_term(Art, Ait, Br - Brt, Bi - Bit, prep.mode))
 
 
@@ -584,47 +586,55 @@ def _complex_once(A, B, plan, want_bound, phases, nonzero, out):
     with (phases or pipeline._nothing)("scaling"):
         st = prep.status(True, fixed=fixed)
     host = (st if nonzero is None else cupy.concatenate([nonzero, st])).get()
-    if host[-4] > 1024:
+    off = 0 if nonzero is None else 2
+    if host[off] > 1024:
         return None                         # Inf/NaN: the caller's native product
     if nonzero is not None and not (host[0] and host[1]):
         # found real: its parts were read for nothing
         return product_2d(A, B, plan, want_bound=want_bound, phases=phases,
                           real_a=not host[0], real_b=not host[1], out=out)
-    need, unsure = prep.count(host[-4:], fixed)
-    if fixed is None:
-        N = certificate.chosen_count(need, unsure, COMPLEX_TABLE)
-        outcome = CERTIFIED
-    else:
-        N = fixed
-        outcome = CERTIFIED if unsure == 0 else UNCERTIFIED
-    escalate = fixed is None and unsure > 0
-    if not (escalate or want_bound):
+    dec = prep.count(host[off:], fixed)
+    N = dec.n_moduli
+    outcome = CERTIFIED if fixed is None or dec.failing == 0 else UNCERTIFIED
+    test = fixed is None and dec.failing > 0
+    if not (test or want_bound):
         prep.release()              # the bound GEMM's workspace: only the rare paths
-    s, t = prep.shifts(N)
     C = out if out is not None else cupy.empty((m, n), dtype=np.complex128)
-    integer_product_into(parts, s, t[:n], N, C, phases)
-    _stats.record_moduli(N)
-    b = None
-    if escalate or want_bound:
+    tried = set()
+    while True:
+        tried.add(N)
+        s, t = prep.shifts(N)
+        integer_product_into(parts, s, t[:n], N, C, phases)
+        _stats.record_moduli(N)
+        if not (test or want_bound):
+            break
         C2 = _stacked(C)
-        b2, fails = _certify(prep, s, t, C2, escalate)
-        if fails:
-            d = prep.data()
-            rp = residual_pass(parts, prep, N, d, C2)
-            if rp is not None:
-                C2, b2 = rp
-                _stats.record_certificate(RESIDUAL)
-                return _compose(C2[:, :n], C2[:, n:]), _part_bound(b2) if want_bound else None
-            warn_native("neither the certificate of the complex product with up to "
-                        f"{MAX_COMPLEX_MODULI} moduli nor the residual pass meets the "
-                        "native-level target")
-            _stats.record_certificate(NATIVE)
-            return (cupy.matmul(A, B),
-                    _part_bound(spec.native_bound(d)) if want_bound else None)
-        if want_bound:
-            b = _part_bound(b2)
+        b2, unsettled, level = _certify(prep, N, C2, want_bound, test)
+        if not unsettled:
+            b = None if b2 is None else _part_bound(b2)
+            _stats.record_certificate(outcome)
+            return C, b
+        all_pass = prep.all_pass(dec)
+        if all_pass is not None and all_pass not in tried:
+            N = all_pass
+            continue
+        if MAX_COMPLEX_MODULI not in tried:
+            N = MAX_COMPLEX_MODULI
+            continue
+        d = prep.data()
+        rp = residual_pass(parts, prep, N, d, C2, level)
+        if rp is not None:
+            C2, b2 = rp
+            _stats.record_certificate(RESIDUAL)
+            return _compose(C2[:, :n], C2[:, n:]), _part_bound(b2) if want_bound else None
+        warn_native("neither the certificate of the complex product with up to "
+                    f"{MAX_COMPLEX_MODULI} moduli nor the residual pass meets the "
+                    "native-level target")
+        _stats.record_certificate(NATIVE)
+        return (cupy.matmul(A, B),
+                _part_bound(spec.native_bound(d)) if want_bound else None)
     _stats.record_certificate(outcome)
-    return C, b
+    return C, None
 
 
 def product_stacks(a3, b3, plan, out3, *, alpha=1.0, beta=0.0, c3=None, bound3=None):
@@ -662,7 +672,7 @@ def moduli_for(A, B, plan):
     if 0 in A.shape or B.shape[1] == 0:
         return MIN_MODULI
     _, prep = prepare(A.real, A.imag, B.real, B.imag, plan.mode)
-    return certificate.chosen_count(*prep.count(prep.status(True).get()), COMPLEX_TABLE)
+    return prep.count(prep.status(True).get()).n_moduli
 
 
 __all__ = ["product_2d", "product_stacks", "moduli_for", "integer_product_into",

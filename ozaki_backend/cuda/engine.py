@@ -133,7 +133,8 @@ def matmul_numpy(a3, b3, plan, *, phases=None, check_finite=False, out=None, bou
                 if flags is not None:
                     overflow = overflow or bool(cupy.isinf(C).any())
                 clock.lap("engine", stream)
-                if not whole or outcome in (pipeline.RESIDUAL, pipeline.NATIVE):
+                if not whole or getattr(tiles, "rewritten", False) or outcome in (
+                        pipeline.RESIDUAL, pipeline.NATIVE, pipeline.NATIVE_FASTER):
                     # not tiled, or rewritten after its tiles came down
                     _download_into(C, out[idx], stream)
                 if Bd is not None:

@@ -29,7 +29,7 @@ import numpy as np
 from .. import _stats
 from .._warnings import warn_native
 from ..spec import tiling
-from . import certificate, pipeline, staging
+from . import pipeline, staging
 from ._common import free_device_bytes
 
 #: Force the out-of-core path for every NumPy product (tests, benchmarks):
@@ -142,17 +142,19 @@ def _attempt(a, b, plan, out, check_finite, phases):
             host = st.get()
             if check_finite and host[0] > 1024:
                 return None
-            need, unsure = prep.count(host, None if plan.adaptive else plan.n_moduli)
+            dec = prep.count(host, None if plan.adaptive else plan.n_moduli)
             if plan.adaptive:
-                if unsure:
-                    warn_native("out of core, the product needs the a-posteriori test "
-                                "on the whole result")
+                if dec.failing or dec.direct or prep.gathers is not None:
+                    # The a-posteriori test, the direct elements and the gathers need
+                    # the whole result or operands on the device.
+                    warn_native("out of core, the product needs the a-posteriori test, "
+                                "direct elements or the gathers on the whole result")
                     _stats.record_certificate(pipeline.NATIVE)
                     return None
-                N, outcome = certificate.chosen_count(need, unsure), pipeline.CERTIFIED
+                N, outcome = dec.n_moduli, pipeline.CERTIFIED
             else:
                 N = plan.n_moduli
-                outcome = pipeline.CERTIFIED if unsure == 0 else pipeline.UNCERTIFIED
+                outcome = pipeline.CERTIFIED if dec.failing == 0 else pipeline.UNCERTIFIED
             prep.release()
             s, t = prep.shifts(N)
             pipeline.integer_product_into(prep, N, s, t, out, ph=ph)

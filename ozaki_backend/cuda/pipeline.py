@@ -35,8 +35,8 @@ from ..semantics import apply_alpha_beta, transpose_pair
 from ..spec import certificate as spec
 from ..spec import tiling
 from ..spec.moduli import MAX_MODULI, MODULI
-from . import (certificate, crt, graphs, modgemm, modprod, overlap, residues, scaling,
-               symmetric, tuning)
+from . import (certificate, costs, crt, direct, graphs, modgemm, modprod, overlap, residues,
+               scaling, symmetric, tuning)
 from ._common import (KPAD, REAL_TABLE, Workspace, block_view, free_device_bytes,
                       one_memory_query, round_up, span)
 from .errors import CudaEngineError, WorkspaceTooSmall
@@ -47,6 +47,9 @@ CERTIFIED = "certified"
 UNCERTIFIED = "uncertified"
 RESIDUAL = "residual pass"
 NATIVE = "native fallback"
+#: Computed by cuBLAS's DGEMM because this GPU runs it faster than the emulation
+#: (``costs.py``; ``emulation="eager"`` turns it off).
+NATIVE_FASTER = "native (faster)"
 
 #: Tests may force small tiles: ``(tm, tn)``; ``OZAKI_BACKEND_CUDA_TILE="tm,tn"`` too.
 TILE_OVERRIDE = None
@@ -262,9 +265,9 @@ class Prepared:
         self.mode = mode
         self.kpad = kpad = round_up(self.k, KPAD)
         with ph("scaling"):
-            # [Inf/NaN flag (above 1024), count, uncertified elements, undecided
-            # elements]: the one small array the usual path reads back.
-            self.st = cupy.zeros(4, dtype=np.int32)
+            # The certificate's status (certificate.py): the one small array the usual
+            # path reads back.
+            self.st = cupy.zeros(certificate.status_size(), dtype=np.int32)
             self.S = scaling.equilibration(self.A, self.Bt, block)[0]
             self.a = scaling.side_statistics(self.A, self.S, -1, mode, gmax=self.st[:1],
                                              block=block)
@@ -292,38 +295,69 @@ class Prepared:
             # scaling.shifts does for a symmetric product.
             self.b.kept = self.a.kept
 
+    #: The gathers (:class:`~.certificate.Gathers`) once the gate asked for them.
+    gathers = None
+    _fac = None
+
+    def factors(self):
+        """The certificate's per-count factors of both sides (made once)."""
+        if self._fac is None:
+            self._fac = certificate.all_factors(self.a, self.b, self.table)
+        return self._fac
+
     def status(self, certify, fixed=None):
         """Queue the certificate's count (with ``certify``; or the test of the ``fixed``
-        count) into the small device array ``[Inf/NaN flag (above 1024), count,
-        uncertified elements, undecided elements]`` and return it."""
+        count) and the gathers' gate into the small device status array
+        (:mod:`.certificate`) and return it."""
         st = self.st
         if fixed is not None:
             self._cover(fixed)
         if certify:
             certificate.counts_into(self.a, self.b, self.bm, self.btiles, self.k, st,
-                                    fixed=fixed, table=self.table, window=self.window)
+                                    fixed=fixed, table=self.table, window=self.window,
+                                    gathers=self.gathers, fac=self.factors(),
+                                    with_direct=not self.tied)
+            if fixed is None and self.gathers is None and self.a.Z is not None:
+                certificate.gate_into(self.a, self.b, st)
             # The window this search visited: :meth:`count` judges the read-back by
             # it, even when the window was widened since (a guessed count's shifts).
             self.searched = self.window
         return st
 
-    def count(self, host, fixed=None):
-        """``(need, unsure)`` from the read-back ``host`` status (:meth:`status`): the
-        search repeated over every count (their kept bits computed first) when the
-        window of counts did not decide it — a second read-back, for data unlike
-        ordinary data."""
-        need, unsure, outside = (int(v) for v in host[1:4])
-        if fixed is not None or certificate.decided(need, outside, self.searched, self.table):
-            return need, unsure
-        self.widen()
+    def _again(self):
+        """Zero the status (the Inf/NaN flag kept), search again, read it back."""
         self.st[1:].fill(0)
-        _, need, unsure, _ = (int(v) for v in self.status(True).get())
-        return need, unsure
+        return self.status(True).get()
+
+    def count(self, host, fixed=None):
+        """The :class:`~.certificate.Decision` of the read-back ``host`` status
+        (:meth:`status`). Data whose entries mostly fall below the bound GEMM's window
+        (the gate) are searched again with the gathers; a window of counts that does
+        not settle the count is widened to every count — each a further read-back,
+        for data unlike ordinary data."""
+        m, n = self.a.E.shape[0], self.b.E.shape[0]
+        if fixed is None and self.gathers is None and int(host[4]):
+            self.gathers = certificate.Gathers(self.a, self.b, self.S, self.k)
+            host = self._again()
+        dec = certificate.decide(host, self.searched, m * n, self.table, fixed)
+        if dec is None:
+            self.widen()
+            dec = certificate.decide(self._again(), None, m * n, self.table, fixed)
+        return dec
+
+    def all_pass(self, dec):
+        """``dec.all_pass``, the windowed search widened first when it left it open."""
+        if dec.all_pass is not None or self.window is None:
+            return dec.all_pass
+        self.widen()
+        m, n = self.a.E.shape[0], self.b.E.shape[0]
+        return certificate.decide(self._again(), None, m * n, self.table).all_pass
 
     def widen(self):
         """Compute the kept bits of every count, not only the window's."""
         if self.window is not None:
             self.window = None
+            self._fac = None            # the factors follow the kept bits
             self._kept(self.btiles, self.bound_matrix())
 
     def _cover(self, n_moduli):
@@ -377,7 +411,8 @@ class Prepared:
 
     def data(self):
         """The certificate's view (:class:`~ozaki_backend.spec.certificate.CertData`)."""
-        return certificate.data(self.a, self.b, self.bound_matrix(), self.btiles, self.k)
+        return certificate.data(self.a, self.b, self.bound_matrix(), self.btiles, self.k,
+                                self.gathers)
 
 
 def count_window(prep, fixed=None):
@@ -511,8 +546,8 @@ def _fixed_product(A, B, n_moduli, mode):
     return run, T
 
 
-def residual_pass(prep: Prepared, n_moduli, d, C1):
-    """The exact residual pass (``docs/spec.md`` §10.4) on the device, as the reference's
+def residual_pass(prep: Prepared, n_moduli, d, C1, level):
+    """The exact residual pass (``docs/spec.md`` §10.6) on the device, as the reference's
     :func:`~ozaki_backend.reference.pipeline.residual_pass`: ``(C, bound)`` or None."""
     s, t = (x.astype(np.int64) for x in prep.shifts(n_moduli))
     S = prep.S.astype(np.int32)
@@ -520,7 +555,8 @@ def residual_pass(prep: Prepared, n_moduli, d, C1):
     B = cupy.ldexp(prep.Bt.T, S[:, None])
     At = cupy.ldexp(scaling.truncate(A, s), -s[:, None].astype(np.int32))
     Bt = cupy.ldexp(scaling.truncate(B.T, t).T, -t[None, :].astype(np.int32))
-    return spec.add_residuals(d, C1, *_fixed_product(A - At, B, MAX_MODULI, prep.mode),
+    return spec.add_residuals(d, spec.prior(d), C1, level,
+                              *_fixed_product(A - At, B, MAX_MODULI, prep.mode),
                               *_fixed_product(At, B - Bt, MAX_MODULI, prep.mode))
 
 
@@ -686,18 +722,23 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
         # capture and drop a plan on every call.
         _leave_graph(gkey, prep, failed=base)
         replayed = None
+    got = None
     if guess is not None:
         # Deferred read-back: the product starts with the count this shape had last
         # time (a fixed plan's count), the status travels back meanwhile, and the count
-        # is checked before anything is written to `out`; a wrong guess abandons the
-        # queued work and the product continues below with the count read.
+        # is checked before anything is written to `out`; a wrong guess (another count,
+        # elements to test a posteriori or to compute directly, the gathers, the cost
+        # model's preference for native) abandons the queued work, and the product
+        # continues below with the count read.
         back = _ReadBack(st)
         read_back = []
 
         def check():
             host = back.wait()
             got = _read_count(prep, host, plan, check_finite)
-            if got is None or got[2] != guess or (plan.adaptive and got[1]):
+            if got is None or got.n_moduli != guess or prep.gathers is not None or (
+                    plan.adaptive and (got.failing or got.direct or
+                                       _native_faster(plan, m, n, k, got))):
                 raise _WrongGuess(got)
             read_back.append(got)
             prep.release()
@@ -713,7 +754,7 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
             GUESSES["wrong"] += 1
             got = wrong.got
             if plan.adaptive and got is not None:
-                _remember(key, got[2], guessed=guess)
+                _remember(key, _plain_count(prep, got), guessed=guess)
         else:
             if replayed is not None and prep.window is not window:
                 _leave_graph(gkey, prep)    # the check widened the plan's window
@@ -721,25 +762,36 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
             if plan.adaptive:
                 _remember(key, guess, guessed=guess)
             _stats.record_moduli(guess)
-            unsure = read_back[0][1]
-            outcome = CERTIFIED if plan.adaptive or unsure == 0 else UNCERTIFIED
+            failing = read_back[0].failing
+            outcome = CERTIFIED if plan.adaptive or failing == 0 else UNCERTIFIED
             _stats.record_certificate(outcome)
             return outcome
-    else:
-        got = _read_count(prep, st.get(), plan, check_finite) if read else None
-        if plan.adaptive and got is not None and not got[1]:
-            _remember(key, got[2])
+    elif read:
+        got = _read_count(prep, st.get(), plan, check_finite)
+        if plan.adaptive and got is not None:
+            _remember(key, _plain_count(prep, got))
     if read and got is None:
         return None                     # an Inf/NaN operand: the caller's native path
-    outcome = None
     if read:
-        need, unsure, N = got
-        if not plan.adaptive:
-            outcome = CERTIFIED if unsure == 0 else UNCERTIFIED
+        dec = got
     else:
-        N, unsure = plan.n_moduli, 0
-    escalate = plan.adaptive and unsure > 0
-    keep = escalate or bound is not None
+        dec = certificate.Decision(plan.n_moduli, 0, None, 0, m * n)
+    if plan.adaptive and dec.direct_only:
+        return _direct_product(A, B, prep, out, alpha, beta, C0, bound, sym)
+    if plan.adaptive and _native_faster(plan, m, n, k, dec):
+        return _cheaper_native(A, B, prep, out, alpha, beta, C0, bound, sym)
+    return _emulated(A, B, plan, prep, dec, out, alpha, beta, C0, bound, sym, ph, strategy)
+
+
+def _emulated(A, B, plan, prep, dec, out, alpha, beta, C0, bound, sym, ph, strategy):
+    """The integer product at the decision's count, then what the certificate asks for:
+    the a-posteriori test of the elements failing a priori (their repair, else the
+    escalation), the direct elements (``docs/spec.md`` §10.3–10.6)."""
+    m, n = out.shape
+    N = dec.n_moduli
+    failing = dec.failing if plan.adaptive else 0
+    patch = plan.adaptive and (failing > 0 or dec.direct > 0)
+    keep = patch or bound is not None
     if not keep:
         prep.release()
     s, t = prep.shifts(N)
@@ -754,32 +806,83 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
                          beta=beta if fused else 0.0, C0=C0 if fused else None, ph=ph,
                          strategy=strategy)
     _stats.record_moduli(N)
-    if plan.adaptive:
-        outcome = CERTIFIED
+    outcome = CERTIFIED if plan.adaptive or dec.failing == 0 else UNCERTIFIED
     if keep:
-        want = bound if bound is not None else cupy.empty((m, n), dtype=np.float64)
-        fails = cupy.zeros(1, dtype=np.int32) if escalate else None
-        certificate.certify_into(prep.a, prep.b, prep.bound_matrix(), prep.btiles, prep.k,
-                                 s, t, raw, bound=want, failures=fails)
-        if escalate and int(fails.get()[0]):
-            outcome = _escalate(A, B, prep, N, raw, want)
+        res, idx, _ = certificate.posterior_into(
+            prep.a, prep.b, prep.bound_matrix(), prep.btiles, prep.k, N, raw, bound=bound,
+            test=failing > 0, gathers=prep.gathers, fac=prep.factors(), table=prep.table)
+        if failing:
+            unsettled, near_overflow = (int(v) for v in res.get())
+            if unsettled and spec.repairable(unsettled, prep.k, near_overflow > 0):
+                direct.repair_into(prep.A, prep.Bt, prep.a, prep.b, prep.bound_matrix(),
+                                   prep.btiles, idx, unsettled, raw, bound)
+            elif unsettled:
+                outcome = _escalate(A, B, plan, prep, dec, raw, bound)
+        if plan.adaptive and dec.direct and outcome in (CERTIFIED, RESIDUAL):
+            direct.direct_into(prep.A, prep.Bt, prep.a, prep.b, raw, bound)
+        if sym and patch:
+            _symmetrize(raw)
+            if bound is not None:
+                _symmetrize(bound)
+        if patch and ph is not _nothing:
+            ph.rewritten = True     # tiles already downloaded (the host path) are stale
     if not fused:
         out[...] = apply_alpha_beta(raw, alpha, beta, C0)
-    if outcome is not None:
-        _stats.record_certificate(outcome)
-    return outcome or UNCERTIFIED
+    _stats.record_certificate(outcome)
+    return outcome
+
+
+def _plain_count(prep, dec):
+    """The count to remember for a shape: its count when the next call may start with
+    it (nothing to test, patch or gather), else None (the next call reads first)."""
+    if prep.gathers is not None or dec.failing or dec.direct:
+        return None
+    return dec.n_moduli
+
+
+def _direct_product(A, B, prep, out, alpha, beta, C0, bound, sym):
+    """Every element has at most two terms: no integer product (``docs/spec.md`` §10.5)."""
+    m, n = out.shape
+    raw = cupy.zeros((m, n), dtype=np.float64)
+    if bound is not None:
+        bound.fill(0.0)
+    direct.direct_into(prep.A, prep.Bt, prep.a, prep.b, raw, bound)
+    if sym:
+        _symmetrize(raw)
+        if bound is not None:
+            _symmetrize(bound)
+    out[...] = apply_alpha_beta(raw, alpha, beta, C0)
+    _stats.record_certificate(CERTIFIED)
+    return CERTIFIED
+
+
+def _native_faster(plan, m, n, k, dec) -> bool:
+    """Whether this GPU's native DGEMM is measured faster than the emulation at the
+    decision's count (``costs.py``; never with ``emulation="eager"``)."""
+    if plan.options.get("emulation", "performant") != "performant" or dec.direct_only:
+        return False
+    return costs.native_faster(m, n, k, dec.n_moduli, dec.failing > 0)
+
+
+def _cheaper_native(A, B, prep, out, alpha, beta, C0, bound, sym):
+    """cuBLAS's DGEMM where it is faster than the emulation for this product: native by
+    definition (its bound is every DGEMM's), counted as ``native (faster)``."""
+    if bound is not None:
+        bound[...] = spec.native_bound(prep.data())
+    C = cupy.matmul(A, B)
+    if sym:
+        _symmetrize(C)
+    out[...] = apply_alpha_beta(C, alpha, beta, C0)
+    _stats.record_certificate(NATIVE_FASTER)
+    return NATIVE_FASTER
 
 
 def _read_count(prep, host, plan, check_finite):
-    """``(need, unsure, N)`` from the read-back status ``host`` (the count ``N`` the
-    product takes), or None when an operand holds Inf/NaN and the caller asked
-    (``check_finite``)."""
+    """The :class:`~.certificate.Decision` from the read-back status ``host``, or None
+    when an operand holds Inf/NaN and the caller asked (``check_finite``)."""
     if check_finite and host[0] > 1024:
         return None
-    fixed = None if plan.adaptive else plan.n_moduli
-    need, unsure = prep.count(host, fixed)
-    N = certificate.chosen_count(need, unsure) if plan.adaptive else plan.n_moduli
-    return need, unsure, N
+    return prep.count(host, None if plan.adaptive else plan.n_moduli)
 
 
 class _WrongGuess(Exception):
@@ -900,33 +1003,63 @@ def _remember(key, N, guessed=None):
     counts[key] = (N, misses)
 
 
-def _escalate(A0, B0, prep, N, C, bound):
-    """Some element fails the a-posteriori test: the residual pass, then the native GEMM
-    (``docs/spec.md`` §10.4); writes the result into ``C`` (and ``bound``)."""
-    d = prep.data()
-    rp = residual_pass(prep, N, d, C)
-    if rp is not None:
-        C[...] = rp[0]
-        if bound is not None:
-            bound[...] = rp[1]
-        if prep.sym:      # the remainders' products are not symmetric: mirror
-            _symmetrize(C)
-            if bound is not None:
-                _symmetrize(bound)
-        return RESIDUAL
+def _escalate(A0, B0, plan, prep, dec, C, bound):
+    """Too many elements the a-posteriori test leaves unsettled: as the reference's
+    ``_adaptive``, the count every element passes a priori, then the most moduli (each
+    tested again), then the residual pass, then native DGEMM — with
+    ``emulation="performant"`` (the default) native as soon as this GPU's DGEMM is
+    measured faster than the next step (``docs/spec.md`` §10.6). Writes the result into
+    ``C`` (and ``bound``) and returns the outcome."""
+    eager = plan.options.get("emulation", "performant") == "eager"
+    m, n = C.shape
+    tried = {dec.n_moduli}
+    level = 0.0
+    for N in (prep.all_pass(dec), MAX_MODULI):
+        if N is None or N in tried:
+            continue
+        tried.add(N)
+        if not eager and costs.native_faster(m, n, prep.k, N, True):
+            break
+        s, t = prep.shifts(N)
+        integer_product_into(prep, N, s, t, C)
+        _stats.record_moduli(N)
+        res, idx, level = certificate.posterior_into(
+            prep.a, prep.b, prep.bound_matrix(), prep.btiles, prep.k, N, C, bound=bound,
+            test=True, gathers=prep.gathers, fac=prep.factors(), table=prep.table)
+        unsettled, near_overflow = (int(v) for v in res.get())
+        if not unsettled:
+            return CERTIFIED
+        if spec.repairable(unsettled, prep.k, near_overflow > 0):
+            direct.repair_into(prep.A, prep.Bt, prep.a, prep.b, prep.bound_matrix(),
+                               prep.btiles, idx, unsettled, C, bound)
+            return CERTIFIED
+    else:
+        if eager or costs.residual_faster(m, n, prep.k):
+            d = prep.data()
+            rp = residual_pass(prep, max(tried), d, C, level)
+            if rp is not None:
+                C[...] = rp[0]
+                if bound is not None:
+                    bound[...] = rp[1]
+                if prep.sym:      # the remainders' products are not symmetric: mirror
+                    _symmetrize(C)
+                    if bound is not None:
+                        _symmetrize(bound)
+                return RESIDUAL
     warn_native("neither the certificate with up to 20 moduli nor the residual pass "
                 "meets the native-level target")
     C[...] = cupy.matmul(A0, B0)
     if prep.sym:
         _symmetrize(C)
     if bound is not None:
-        bound[...] = spec.native_bound(d)
+        bound[...] = spec.native_bound(prep.data())
     return NATIVE
 
 
 def moduli_for(A, B, plan):
     """The moduli count of the integer product ``plan`` computes for ``A @ B`` (mirrors
-    the reference's :func:`~ozaki_backend.reference.pipeline.moduli_for`)."""
+    the reference's :func:`~ozaki_backend.reference.pipeline.moduli_for`; 0 when every
+    element is computed directly)."""
     if not plan.adaptive:
         return plan.n_moduli
     A = cupy.asarray(A, dtype=np.float64)
@@ -934,4 +1067,5 @@ def moduli_for(A, B, plan):
     if 0 in A.shape or B.shape[1] == 0:
         return 2
     prep = Prepared(A, B, plan.mode, sym=transpose_pair(A, B))
-    return certificate.chosen_count(*prep.count(prep.status(True).get()))
+    dec = prep.count(prep.status(True).get())
+    return 0 if dec.direct_only else dec.n_moduli

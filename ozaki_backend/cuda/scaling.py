@@ -186,9 +186,11 @@ class Side:
 
     ``E`` (0 for all-zero rows), ``X`` (exact thresholds, INT_MIN for all-zero rows),
     ``n`` (non-zero counts), ``SA`` (row sums of ``alpha``, filled by the bound GEMM's
-    quantisation), ``Sq`` (fast mode: sums of squares), ``kept`` (``19 x rows``: bits
-    kept per count), ``ks`` (-1 for A, +1 for B). ``X_op`` is the operand, or a tuple
-    of views whose rows side by side are the rows (the complex embedding's)."""
+    quantisation), ``Z`` (the non-zero entries below the bound GEMM's window, filled by
+    the same pass; None for the complex embedding, which has no gathers), ``Sq`` (fast
+    mode: sums of squares), ``kept`` (``19 x rows``: bits kept per count), ``ks`` (-1
+    for A, +1 for B). ``X_op`` is the operand, or a tuple of views whose rows side by
+    side are the rows (the complex embedding's)."""
 
     X_op: object
     ks: int
@@ -200,6 +202,7 @@ class Side:
     kept: object = None
     lo: object = None
     hi: object = None
+    Z: object = None
 
     @property
     def width(self) -> int:
@@ -227,9 +230,9 @@ def side_statistics(X, S, ks, mode, gmax=None, block=None) -> Side:
             side.X_op = X
             return side
         cat = {f: cupy.concatenate([getattr(sd, f) for sd in sides])
-               for f in ("E", "X", "n", "SA", "lo", "hi")}
+               for f in ("E", "X", "n", "SA", "lo", "hi", "Z")}
         side = Side(X, ks, cat["E"], cat["X"], cat["n"], cat["SA"], lo=cat["lo"],
-                    hi=cat["hi"])
+                    hi=cat["hi"], Z=cat["Z"])
         if mode == "fast":
             side.Sq = cupy.concatenate([sd.Sq for sd in sides])
         return side
@@ -239,7 +242,7 @@ def side_statistics(X, S, ks, mode, gmax=None, block=None) -> Side:
         gmax = cupy.full(1, INT_MIN, dtype=np.int32)
     row_stats_into(X, S, ks, st, gmax)
     finish_exponents(st)
-    side = Side(X, ks, *st[:4], lo=st[4], hi=st[5])
+    side = Side(X, ks, *st[:4], lo=st[4], hi=st[5], Z=cupy.zeros(rows, dtype=np.int32))
     if mode == "fast":
         side.Sq = cupy.zeros(rows, dtype=np.uint64)
         row_sumsq_into(X, S, ks, side.E, cols, side.Sq)
@@ -307,7 +310,8 @@ def row_stride(P):
 
 def quantize_down_into(side: Side, S, rows_slice, Q, sums: bool):
     """``alpha = floor(|x| 2^(7 - E))`` of the rows ``rows_slice`` into int8 ``Q``
-    (``>= rows x kpad``), adding the row sums into ``side.SA`` when ``sums``."""
+    (``>= rows x kpad``), adding the row sums into ``side.SA`` and the entries below the
+    window into ``side.Z`` when ``sums``."""
     i0, i1 = rows_slice
     X = side.X_op[i0:i1]           # a HostRows block (out of core) uploads here
     rows, cols = X.shape
@@ -316,12 +320,13 @@ def quantize_down_into(side: Side, S, rows_slice, Q, sums: bool):
         return
     X, rs, cs, rf = as_rows(X)
     SA = span(side.SA, i0, i1) if sums else cupy.empty(rows, dtype=np.int32)
+    Z = span(side.Z, i0, i1) if sums and side.Z is not None else None
     kt, rt = -(-kpad // _TK), -(-rows // _TR)
     tiles = quantize_tiles(kt, rt)
     loader.get_function("scaling.cu", "oz_quantize_down")(
         (-(-kt // tiles), rt), (256,),
         (X, rs, cs, np.int32(rows), np.int32(cols), rf, S, np.int32(side.ks),
-         np.int32(kpad), span(side.E, i0, i1), Q, SA, np.int32(tiles)))
+         np.int32(kpad), span(side.E, i0, i1), Q, SA, Z, np.int32(tiles)))
 
 
 #: oz_quantize_down keeps at least this many blocks (about four waves of resident

@@ -315,7 +315,7 @@ def info() -> dict:
     from ..plan import Plan
     from ..registry import cuda_availability as availability
     from ..spec.moduli import MODULI
-    from ..spec.rules import CERT_C, CERT_DIV, CERT_SMALL, CERT_SMALL_DIV, EXPECTED_BITS
+    from ..spec.rules import EXPECTED_BITS, KAPPA, NATIVE_K
     from . import numpy_wrappers
 
     ok, why = availability()
@@ -372,11 +372,12 @@ def info() -> dict:
                        **{k: getattr(model, k) for k in model.PARAMS},
                        "floor_mnk": model.floor(), "cubes": cross},
         "moduli": {"table": list(MODULI),
-                   "fp64": {"rule": "per product, the fewest moduli whose certificate "
-                                    "bounds the truncation error by c u |A||B|, c = "
-                                    f"min(k-1, {CERT_C}, isqrt(k)/{CERT_DIV}) ("
-                                    f"isqrt(k)/{CERT_SMALL_DIV} below {CERT_SMALL} "
-                                    "elements); then the residual pass, then native",
+                   "fp64": {"rule": "per product, the fewest moduli at which every "
+                                    "element's truncation error is at most native's: "
+                                    f"size <= {KAPPA:g} u sqrt(min(k, {NATIVE_K})/2) "
+                                    "||t||_2, rigorous bound <= (k-1) u |A||B|; then "
+                                    "an a-posteriori test, more moduli, the residual "
+                                    "pass or native",
                             "expected": {str(k): Plan(256, 256, k).expected_moduli
                                          for k in (64, 1024, 8192, 65536)},
                             "expected_bits": EXPECTED_BITS}},

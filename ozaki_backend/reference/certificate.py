@@ -1,9 +1,11 @@
-"""Stage 5 — the certificate on the CPU: the moduli count and the a-posteriori test.
+"""Stage 5 — the certificate on the CPU: the gathers, the moduli count, the a-posteriori
+test.
 
 Evaluates the formulas of :mod:`ozaki_backend.spec.certificate` (``docs/spec.md`` §10) on
-the statistics of ``scaling.py``: every quantity is an exact integer or a power of two
-until one rounded operation per element, whose rounding is accounted for, so both
-engines reach the same decisions bit for bit.
+the statistics of ``scaling.py``: every rigorous quantity is an exact integer or a power
+of two until one rounded operation per element, whose rounding is accounted for, and the
+target's arithmetic is the same round-to-nearest sequence on both engines, so both reach
+the same decisions bit for bit.
 """
 
 from __future__ import annotations
@@ -12,58 +14,65 @@ import numpy as np
 
 from ..spec import certificate as spec
 from ..spec.moduli import MAX_MODULI, MIN_MODULI
+from ..spec.rules import GATHER_H
 from . import scaling
 
 
-def data(st: scaling.Statistics) -> spec.CertData:
-    """The certificate's view of the statistics."""
+def top_indices(X, h: int):
+    """int64 ``(rows, h)``: the columns of each row's ``h`` largest magnitudes, largest
+    first, ties to the lower column (``kernels/certificate.cu`` ``oz_top_entries`` takes
+    the same; a row with fewer non-zero entries fills up with zeros' columns, whose codes
+    are zero)."""
+    return np.argsort(-np.abs(X), axis=1, kind="stable")[:, :h].astype(np.int64)
+
+
+def gathered(A, B, st: scaling.Statistics):
+    """``G14`` (``docs/spec.md`` §10.2): per element the largest product of the codes'
+    values over the top ``GATHER_H`` entries of row ``i`` of A (with B's entries in
+    those rows) and of column ``j`` of B (with A's entries in those columns), in units
+    of ``2^{E_i+F_j-14}`` — a lower bound of the element's largest term; None when the
+    gathers do not run (:func:`~ozaki_backend.spec.certificate.gathers_needed`)."""
+    m, k = A.shape
+    n = B.shape[1]
+    if not (m and n and k) or not spec.gathers_needed(st.zA, st.nA, st.zB, st.nB):
+        return None
+    h = min(GATHER_H, k)
+    cA = spec.codes(A, st.E)                    # (m, k)
+    cB = spec.codes(B.T, st.F)                  # (n, k)
+    HA, HB = top_indices(A, h), top_indices(B.T, h)
+    topA = spec.code_value(np.take_along_axis(cA, HA, 1))       # (m, h)
+    topB = spec.code_value(np.take_along_axis(cB, HB, 1))       # (n, h)
+    G = np.zeros((m, n))
+    for r in range(h):
+        G = np.maximum(G, topA[:, r:r + 1] * spec.code_value(cB[:, HA[:, r]].T))
+        G = np.maximum(G, spec.code_value(cA[:, HB[:, r]]) * topB[None, :, r])
+    return np.ldexp(G, 14)
+
+
+def data(st: scaling.Statistics, G14=None) -> spec.CertData:
+    """The certificate's view of the statistics (``G14``: :func:`gathered`)."""
     return spec.CertData(st.k, st.E, st.F, st.xA, st.yB, st.SA + st.nA, st.SB + st.nB,
-                         st.nA, st.nB, st.loA, st.hiA, st.loB, st.hiB, st.P)
+                         st.nA, st.nB, st.loA, st.hiA, st.loB, st.hiB, st.P,
+                         np.sqrt(st.SA + st.nA), np.sqrt(st.SB + st.nB), G14)
 
 
-def passes(st: scaling.Statistics, s, t):
-    """Bool ``(m, n)``: which elements meet the target ``c_k u L_ij`` at ``(s, t)``."""
-    return spec.passes(data(st), s, t)
-
-
-def certified(st: scaling.Statistics, n_moduli: int, mode: str) -> bool:
-    """Whether every element of the product meets the target a priori with ``n_moduli``."""
-    s, t = scaling.shifts(st, n_moduli, mode)
-    return bool(passes(st, s, t).all())
-
-
-def element_counts(st: scaling.Statistics, mode: str, *, max_moduli: int = MAX_MODULI,
-                   shifts=scaling.shifts):
+def element_counts(d: spec.CertData, st: scaling.Statistics, mode: str, *,
+                   max_moduli: int = MAX_MODULI, shifts=scaling.shifts, pre=None):
     """int64 ``(m, n)``: for each element the fewest moduli in ``[2, max_moduli]`` whose
     a-priori test it passes, or 0 when none does (``docs/spec.md`` §10.3).
 
     ``max_moduli`` and ``shifts`` are the moduli table's size and its shift rule (the
     complex pipeline passes its own, ``reference/complex.py``).
-
-    The test is monotone in the count (every shift is non-decreasing in it), so one
-    sweep upwards finds each element's count; it stops once every element has one.
     """
-    d = data(st)
-    limit = spec.target(d)
-    need = np.zeros(st.P.shape, dtype=np.int64)
-    for N in range(MIN_MODULI, max_moduli + 1):
-        s, t = shifts(st, N, mode)
-        newly = (need == 0) & spec.passes(d, s, t, limit)
-        need[newly] = N
-        if need.all():
-            break
-    return need
+    return spec.element_counts(d, lambda N: shifts(st, N, mode),
+                               range(MIN_MODULI, max_moduli + 1), pre)
 
 
-def choose_count(st: scaling.Statistics, mode: str, *, max_moduli: int = MAX_MODULI,
-                 shifts=scaling.shifts):
-    """``(N, all_certified)`` for ``precision="fp64"`` (``docs/spec.md`` §10.3):
-    ``all_certified`` whether every element passes the a-priori test at some count, and
-    then ``N`` the largest per-element count of :func:`element_counts`; otherwise
-    ``N = max_moduli`` (20 for the real table), the count that gives the a-posteriori test
-    (:func:`~ozaki_backend.spec.certificate.meets_target`) its best chance before the
-    residual pass (which costs two more products at 20 moduli)."""
-    need = element_counts(st, mode, max_moduli=max_moduli, shifts=shifts)
-    if not need.all():
-        return max_moduli, False
-    return int(need.max()), True
+def choose_count(d: spec.CertData, st: scaling.Statistics, mode: str, *,
+                 max_moduli: int = MAX_MODULI, shifts=scaling.shifts, pre=None):
+    """The :class:`~ozaki_backend.spec.certificate.Choice` of ``precision="fp64"``
+    (``docs/spec.md`` §10.3): the fewest count at which at most 1/16 of the elements
+    fail the a-priori test, the number failing there, and the fewest count all pass."""
+    need = element_counts(d, st, mode, max_moduli=max_moduli, shifts=shifts, pre=pre)
+    hist, none = spec.histogram(need)
+    return spec.choose(hist, none, need.size, list(range(MIN_MODULI, max_moduli + 1)))

@@ -167,16 +167,19 @@ def integer_product(Ar, Ai, Br, Bi, s, t, n_moduli):
 
 def element_counts(st: scaling.Statistics, mode: str):
     """int64 ``(m, 2n)``: per element of the embedding the fewest complex moduli whose
-    a-priori test (``docs/spec.md`` §10.2 on the embedding) it passes, 0 if none."""
-    return certificate.element_counts(st, mode, max_moduli=MAX_COMPLEX_MODULI,
-                                      shifts=shifts)
+    a-priori test (``docs/spec.md`` §10.2 on the embedding, no direct elements) it
+    passes, 0 if none."""
+    d = certificate.data(st)
+    return certificate.element_counts(d, st, mode, max_moduli=MAX_COMPLEX_MODULI,
+                                      shifts=shifts, pre=spec.prior(d, with_direct=False))
 
 
 def choose_count(st: scaling.Statistics, mode: str):
-    """``(N, all_certified)`` as :func:`ozaki_backend.reference.certificate.choose_count`,
-    over the complex table."""
-    return certificate.choose_count(st, mode, max_moduli=MAX_COMPLEX_MODULI,
-                                    shifts=shifts)
+    """The :class:`~ozaki_backend.spec.certificate.Choice` of
+    :func:`ozaki_backend.reference.certificate.choose_count`, over the complex table."""
+    d = certificate.data(st)
+    return certificate.choose_count(d, st, mode, max_moduli=MAX_COMPLEX_MODULI,
+                                    shifts=shifts, pre=spec.prior(d, with_direct=False))
 
 
 def fixed_count(plan, k: int):
@@ -207,7 +210,7 @@ def _residual_term(Xr, Xi, Yr, Yi, mode):
             spec.truncation_bound(certificate.data(st), s, t))
 
 
-def residual_pass(parts, st, mode, n_moduli, C1):
+def residual_pass(parts, st, mode, n_moduli, C1, level):
     """The exact residual pass (``docs/spec.md`` §10.4, §11.4) of a complex product:
     ``(C, bound)`` in the embedding's layout ``[Re, Im]`` (m, 2n), or None when its
     certificate misses the target. As the real pass
@@ -221,8 +224,9 @@ def residual_pass(parts, st, mode, n_moduli, C1):
     tn = t[:n]
     Art, Ait = (np.ldexp(scaling.truncate(X, s), -s[:, None]) for X in (Ar, Ai))
     Brt, Bit = (np.ldexp(scaling.truncate(X.T, tn).T, -tn[None, :]) for X in (Br, Bi))
+    d = certificate.data(st)
     return spec.add_residuals(
-        certificate.data(st), C1,
+        d, spec.prior(d, with_direct=False), C1, level,
         *_residual_term(Ar - Art, Ai - Ait, Br, Bi, mode),
         *_residual_term(Art, Ait, Br - Brt, Bi - Bit, mode))
 
@@ -237,34 +241,45 @@ def _complex_2d(A0, B0, plan, want_bound):
                                        np.ascontiguousarray(B0.imag))
     st = scaling.statistics(*embed(Ar, Ai, Br, Bi), plan.mode)
     d = certificate.data(st)
-    if plan.adaptive:
-        N, certified = choose_count(st, plan.mode)
-    else:
-        N, certified = fixed_count(plan, k), None
-    s, t = shifts(st, N, plan.mode)
-    re, im = integer_product(Ar, Ai, Br, Bi, s, t[:n], N)
-    C2 = np.hstack([re, im])
-    if certified is None:                  # a fixed count: report, never escalate
-        outcome = CERTIFIED if bool(spec.passes(d, s, t).all()) else UNCERTIFIED
-    elif certified:
-        outcome = CERTIFIED
-    else:                                  # the a-posteriori test (§10.4) at 20 moduli
-        bound = spec.result_bound(d, s, t, C2)
-        if not spec.meets_target(d, spec.truncation_bound(d, s, t), bound, C2).all():
-            rp = residual_pass((Ar, Ai, Br, Bi), st, plan.mode, N, C2)
-            if rp is not None:
-                C2, b2 = rp
-                return ComplexProduct(compose(C2[:, :n], C2[:, n:]),
-                                      _part_bound(b2) if want_bound else None, N, RESIDUAL)
-            warn_native("neither the certificate of the complex product with up to "
-                        f"{MAX_COMPLEX_MODULI} moduli nor the residual pass meets the "
-                        "native-level target")
-            C = _native.matmul(A0, B0)
-            b = _part_bound(spec.native_bound(d)) if want_bound else None
-            return ComplexProduct(C, b, 0, NATIVE)
-        outcome = CERTIFIED
-    b = _part_bound(spec.result_bound(d, s, t, C2)) if want_bound else None
-    return ComplexProduct(compose(re, im), b, N, outcome)
+    pre = spec.prior(d, with_direct=False)
+    if not plan.adaptive:                  # a fixed count: report, never escalate
+        N = fixed_count(plan, k)
+        s, t = shifts(st, N, plan.mode)
+        re, im = integer_product(Ar, Ai, Br, Bi, s, t[:n], N)
+        outcome = CERTIFIED if bool(spec.passes(d, s, t, pre).all()) else UNCERTIFIED
+        b = _part_bound(spec.result_bound(d, s, t, np.hstack([re, im]))) if want_bound else None
+        return ComplexProduct(compose(re, im), b, N, outcome)
+    ch = choose_count(st, plan.mode)
+    tried = set()
+    N = ch.n_moduli
+    while True:                            # the a-posteriori test (§10.4), then escalate
+        tried.add(N)
+        s, t = shifts(st, N, plan.mode)
+        re, im = integer_product(Ar, Ai, Br, Bi, s, t[:n], N)
+        C2 = np.hstack([re, im])
+        failing = ~spec.passes(d, s, t, pre)
+        post = spec.posterior(d, s, t, C2, pre, failing) if failing.any() else None
+        if post is None or not post.unsettled.any():
+            b = _part_bound(spec.result_bound(d, s, t, C2)) if want_bound else None
+            return ComplexProduct(compose(re, im), b, N, CERTIFIED)
+        if ch.all_pass is not None and ch.all_pass not in tried:
+            N = ch.all_pass
+            continue
+        if MAX_COMPLEX_MODULI not in tried:
+            N = MAX_COMPLEX_MODULI
+            continue
+        break
+    rp = residual_pass((Ar, Ai, Br, Bi), st, plan.mode, N, C2, post.level)
+    if rp is not None:
+        C2, b2 = rp
+        return ComplexProduct(compose(C2[:, :n], C2[:, n:]),
+                              _part_bound(b2) if want_bound else None, N, RESIDUAL)
+    warn_native("neither the certificate of the complex product with up to "
+                f"{MAX_COMPLEX_MODULI} moduli nor the residual pass meets the "
+                "native-level target")
+    C = _native.matmul(A0, B0)
+    b = _part_bound(spec.native_bound(d)) if want_bound else None
+    return ComplexProduct(C, b, 0, NATIVE)
 
 
 def _mixed_2d(A, B, plan, want_bound):
@@ -338,7 +353,7 @@ def moduli_for(A, B, plan):
     Ar, Ai, Br, Bi = equilibrate_parts(A.real.copy(), A.imag.copy(),
                                        B.real.copy(), B.imag.copy())
     return choose_count(scaling.statistics(*embed(Ar, Ai, Br, Bi), plan.mode),
-                        plan.mode)[0]
+                        plan.mode).n_moduli
 
 
 __all__ = ["ComplexProduct", "complex_2d", "moduli_for", "integer_product",

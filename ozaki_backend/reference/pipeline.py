@@ -6,10 +6,13 @@ in ``crt``, so this pipeline is the oracle the CUDA engine's (``cuda/pipeline.py
 compared with bit for bit. The seed scheme has its own pipeline (``phase22.py``);
 ``engine.py`` chooses.
 
-``precision="fp64"`` (``docs/spec.md`` §10.3): the fewest moduli whose certificate meets
-the native-level target; when even 20 do not, the exact residual pass (§10.4); when that
-misses too, the native float64 product. Explicit ``moduli=`` / ``bits=`` use their count
-and report whether it met the target.
+``precision="fp64"`` (``docs/spec.md`` §10.3–10.6): the count at which at most 1/16 of
+the elements fail the a-priori test against native DGEMM's error on these data; those
+are tested a posteriori and the few still unsettled recomputed as dot products
+(``direct.py``, which also computes the elements of one or two terms); when too many
+remain, the count every element passes, the most moduli, the exact residual pass, the
+native float64 product. Explicit ``moduli=`` / ``bits=`` use their count and report
+whether it met the target.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from .._warnings import warn_native
 from ..semantics import transpose_pair
 from ..spec.moduli import MAX_MODULI, MIN_MODULI, MODULI
 from ..spec import certificate as spec
-from . import certificate, crt, equilibrate, modgemm, residues, scaling, symmetric
+from . import certificate, crt, direct, equilibrate, modgemm, residues, scaling, symmetric
 
 #: Outcomes of one 2-D product (``stats()["certificate"]`` counts them).
 CERTIFIED = "certified"            # met the native-level target (fp64) / with its count
@@ -44,12 +47,16 @@ class Product(NamedTuple):
         Moduli of the main integer product (0 for the native fallback).
     outcome : str
         :data:`CERTIFIED`, :data:`UNCERTIFIED`, :data:`RESIDUAL` or :data:`NATIVE`.
+    patched : ndarray of bool (m, n) or None
+        The elements computed from their terms rather than by the integer product (the
+        direct ones, the repaired ones: ``direct.py``); None when there are none.
     """
 
     C: np.ndarray
     bound: np.ndarray | None
     n_moduli: int
     outcome: str
+    patched: np.ndarray | None = None
 
 
 def integer_product(A, B, s, t, n_moduli, sym=False):
@@ -68,15 +75,16 @@ def integer_product(A, B, s, t, n_moduli, sym=False):
     return crt.reconstruct_round(c, moduli, s, t)
 
 
-def _with_count(A, B, plan, st, n_moduli, want_bound, certified=None):
-    """The product with ``n_moduli`` moduli; ``certified`` when already known."""
-    s, t = scaling.shifts(st, n_moduli, plan.mode)
-    C = integer_product(A, B, s, t, n_moduli, sym=st.symmetric)
-    d = certificate.data(st)
-    if certified is None:
-        certified = bool(spec.passes(d, s, t).all())
+def _fixed(A, B, st, d, plan, want_bound):
+    """A fixed count (``moduli=``/``bits=``): the integer product as it is, recorded as
+    certified when every element passes the a-priori test (``docs/spec.md`` §10.7)."""
+    N = plan.n_moduli
+    s, t = scaling.shifts(st, N, plan.mode)
+    C = integer_product(A, B, s, t, N, sym=st.symmetric)
+    pre = spec.prior(d)
+    ok = bool(spec.passes(d, s, t, pre).all()) and not bool(spec.direct(pre.ke).any())
     bound = spec.result_bound(d, s, t, C) if want_bound else None
-    return Product(C, bound, n_moduli, CERTIFIED if certified else UNCERTIFIED)
+    return Product(C, bound, N, CERTIFIED if ok else UNCERTIFIED)
 
 
 def _residual_term(X, Y, mode):
@@ -89,8 +97,8 @@ def _residual_term(X, Y, mode):
         spec.truncation_bound(certificate.data(st), s, t)
 
 
-def residual_pass(A, B, st, mode, n_moduli, C1):
-    """The exact residual pass (``docs/spec.md`` §10.4): ``(C, bound)``, or None when
+def residual_pass(A, B, st, d, pre, mode, n_moduli, C1, level):
+    """The exact residual pass (``docs/spec.md`` §10.6): ``(C, bound)``, or None when
     its certificate misses the target.
 
     With the shifts of ``n_moduli``, ``A = Ã + dA`` and ``B = B̃ + dB`` exactly
@@ -100,36 +108,89 @@ def residual_pass(A, B, st, mode, n_moduli, C1):
     results are added in float64, ``C = (C1 + R1) + R2`` with ``C1 = RN(ÃB̃)``. The bound
     adds the remainders' truncation bounds and every rounding,
     ``T1 + T2 + u(|C1| + |R1| + |R2| + |S| + |C|) + 5 eta``. The remainders' truncation
-    bounds are tested against the target (with ``|C1|`` standing in for ``|C|``) before
-    their GEMMs run.
+    bounds are tested (with ``|C1|`` standing in for ``|C|``) before their GEMMs run;
+    ``level`` is the a-posteriori test's (:class:`~ozaki_backend.spec.certificate.Posterior`).
     """
     s, t = scaling.shifts(st, n_moduli, mode)
     At = np.ldexp(scaling.truncate(A, s), -s[:, None])
     Bt = np.ldexp(scaling.truncate(B.T, t).T, -t[None, :])
-    return spec.add_residuals(certificate.data(st), C1,
+    return spec.add_residuals(d, pre, C1, level,
                               *_residual_term(A - At, B, mode),
                               *_residual_term(At, B - Bt, mode))
 
 
-def _escalate(A0, B0, A, B, plan, st, res, want_bound):
-    """Some element passes no a-priori test: the computed result tested a posteriori,
-    then the residual pass, then the native product (``docs/spec.md`` §10.4)."""
-    d = certificate.data(st)
-    s, t = scaling.shifts(st, res.n_moduli, plan.mode)
-    if spec.meets_target(d, spec.truncation_bound(d, s, t), res.bound, res.C).all():
-        return res._replace(outcome=CERTIFIED, bound=res.bound if want_bound else None)
-    rp = residual_pass(A, B, st, plan.mode, res.n_moduli, res.C)
-    if rp is not None:
-        C, bound = rp
-        if st.symmetric:     # the remainders' products are not symmetric: mirror
-            C, bound = symmetric.symmetrize(C), symmetric.symmetrize(bound)
-        return Product(C, bound if want_bound else None, res.n_moduli, RESIDUAL)
-    warn_native("neither the certificate with up to 20 moduli nor the residual pass "
-                "meets the native-level target")
+def _native_product(A0, B0, st, d, want_bound, why):
+    """The native float64 product, counted and warned (``docs/spec.md`` §10.6)."""
+    warn_native(why)
     C = _native.matmul(A0, B0)
     if st.symmetric:         # NumPy's syrk is symmetric already; a copy's gemm may not be
         C = symmetric.symmetrize(C)
     return Product(C, spec.native_bound(d) if want_bound else None, 0, NATIVE)
+
+
+def _adaptive(A0, B0, A, B, plan, st, d, want_bound):
+    """``precision="fp64"``: the certificate's count, the a-posteriori test of the few
+    elements failing a priori, their repair, else more moduli, the residual pass, the
+    native product (``docs/spec.md`` §10.3–10.6)."""
+    pre = spec.prior(d)
+    ch = certificate.choose_count(d, st, plan.mode, pre=pre)
+    tried = set()
+    N = ch.n_moduli
+    while True:
+        tried.add(N)
+        s, t = scaling.shifts(st, N, plan.mode)
+        C = integer_product(A, B, s, t, N, sym=st.symmetric)
+        failing = ~spec.passes(d, s, t, pre)
+        if not failing.any():
+            bound = spec.result_bound(d, s, t, C) if want_bound else None
+            return _finish(C, bound, A0, B0, d, pre, st, N, CERTIFIED)
+        post = spec.posterior(d, s, t, C, pre, failing)
+        un = post.unsettled
+        n_un = int(un.sum())
+        if n_un == 0 or spec.repairable(n_un, st.k, bool(pre.big[un].any())):
+            bound = post.bound if want_bound else None
+            direct.repair_into(C, bound, A0, B0, d, pre.ke, un)
+            return _finish(C, bound, A0, B0, d, pre, st, N, CERTIFIED, un if n_un else None)
+        # Too many unsettled elements: the count every element passes a priori, else
+        # the most moduli (tested again), else the residual pass, else native.
+        if ch.all_pass is not None and ch.all_pass not in tried:
+            N = ch.all_pass
+            continue
+        if MAX_MODULI not in tried:
+            N = MAX_MODULI
+            continue
+        rp = residual_pass(A, B, st, d, pre, plan.mode, N, C, post.level)
+        if rp is not None:
+            C, bound = rp
+            if st.symmetric:     # the remainders' products are not symmetric: mirror
+                C, bound = symmetric.symmetrize(C), symmetric.symmetrize(bound)
+            return _finish(C, bound if want_bound else None, A0, B0, d, pre, st, N,
+                           RESIDUAL)
+        return _native_product(A0, B0, st, d, want_bound,
+                       "neither the certificate with up to 20 moduli nor the residual "
+                       "pass meets the native-level target")
+
+
+def _finish(C, bound, A0, B0, d, pre, st, N, outcome, repaired=None):
+    """The direct elements written (``direct.py``), the product's record."""
+    patched = repaired
+    if direct.direct_into(C, bound, A0, B0, d, pre.ke):
+        dm = spec.direct(pre.ke)
+        patched = dm if patched is None else (patched | dm)
+    if st.symmetric:
+        C = symmetric.symmetrize(C)
+        if bound is not None:
+            bound = symmetric.symmetrize(bound)
+    return Product(C, bound, N, outcome, patched)
+
+
+def _direct_product(A0, B0, d, pre, want_bound):
+    """Every element has at most two terms: no integer product at all."""
+    m, n = d.P.shape
+    C = np.zeros((m, n))
+    bound = np.zeros((m, n)) if want_bound else None
+    direct.direct_into(C, bound, A0, B0, d, pre.ke)
+    return Product(C, bound, 0, CERTIFIED, spec.direct(pre.ke))
 
 
 def ozaki2_2d(A, B, plan, *, want_bound=False) -> Product:
@@ -154,14 +215,14 @@ def ozaki2_2d(A, B, plan, *, want_bound=False) -> Product:
     # B = A.T gives S = 0 (the two sides' exponents are equal): kept as a check.
     st = scaling.statistics(A, B, plan.mode, symmetric=sym and not S.any())
     if not plan.adaptive:
-        res = _with_count(A, B, plan, st, plan.n_moduli, want_bound)
+        res = _fixed(A, B, st, certificate.data(st), plan, want_bound)
     else:
-        N, all_certified = certificate.choose_count(st, plan.mode)
-        if all_certified:
-            res = _with_count(A, B, plan, st, N, want_bound, certified=True)
+        d = certificate.data(st, certificate.gathered(A, B, st))
+        pre = spec.prior(d)
+        if bool(pre.exempt.all()):
+            res = _direct_product(A0, B0, d, pre, want_bound)
         else:
-            res = _with_count(A, B, plan, st, N, True, certified=False)
-            res = _escalate(A0, B0, A, B, plan, st, res, want_bound)
+            res = _adaptive(A0, B0, A, B, plan, st, d, want_bound)
     if res.n_moduli:
         _stats.record_moduli(res.n_moduli)
     _stats.record_certificate(res.outcome)
@@ -171,7 +232,8 @@ def ozaki2_2d(A, B, plan, *, want_bound=False) -> Product:
 def moduli_for(A, B, plan):
     """The moduli count of the integer product ``plan`` computes for ``A @ B``: its own
     when fixed; for ``precision="fp64"`` the count of :func:`certificate.choose_count`
-    (the result may still take the residual pass or the native GEMM)."""
+    (0 when every element is computed directly; the product may still take more moduli,
+    the residual pass or the native GEMM)."""
     if not plan.adaptive:
         return plan.n_moduli
     A, B = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)
@@ -180,7 +242,11 @@ def moduli_for(A, B, plan):
     if 0 in A.shape or B.shape[1] == 0:
         return MIN_MODULI
     st = scaling.statistics(A, B, plan.mode, symmetric=sym and not S.any())
-    return certificate.choose_count(st, plan.mode)[0]
+    d = certificate.data(st, certificate.gathered(A, B, st))
+    pre = spec.prior(d)
+    if bool(pre.exempt.all()):
+        return 0
+    return certificate.choose_count(d, st, plan.mode, pre=pre).n_moduli
 
 
 __all__ = ["Product", "integer_product", "residual_pass", "ozaki2_2d", "moduli_for",

@@ -11,7 +11,9 @@ pass over A and B gives the integer statistics both the scaling and the certific
   non-zero counts ``nA_i`` (columns of B alike): ``2^{E_i+F_j-14} P_ij`` is a lower
   and ``2^{E_i+F_j-14} U_ij`` an upper bound of ``(|A||B|)_ij``, where
   ``U_ij = P_ij + SA_i + SB_j + min(nA_i, nB_j)``;
-* fast mode only: the sums of squares ``S_i`` of the ceiling-quantised magnitudes.
+* fast mode only: the sums of squares ``S_i`` of the ceiling-quantised magnitudes;
+* the number ``zA_i`` of non-zero entries below the bound GEMM's window (``alpha_ik =
+  0``): the certificate's gathers run on data where most entries are.
 
 The exponents ``s_i``, ``t_j`` of a moduli count (:func:`shifts`) make the truncated
 integer operands ``A'_ik = trunc(A_ik 2^{s_i})``, ``B'_kj = trunc(B_kj 2^{t_j})``
@@ -140,6 +142,8 @@ class Statistics(NamedTuple):
         ``P + SA_i + SB_j + min(nA_i, nB_j)``, 0 where a row or column is all zero.
     SqA, SqB : float64 (m,), (n,) or None
         Fast mode: sums of squares of ``ceil(|x| 2^{D-E})``, ``D = fast_quant_bits(k)``.
+    zA, zB : float64 (m,), (n,)
+        Non-zero entries whose ``alpha`` is 0 (below the bound GEMM's window).
     loA, hiA, loB, hiB : int64
         The non-zero ranges along k (:func:`k_ranges`).
     symmetric : bool
@@ -165,6 +169,8 @@ class Statistics(NamedTuple):
     hiA: np.ndarray
     loB: np.ndarray
     hiB: np.ndarray
+    zA: np.ndarray
+    zB: np.ndarray
     symmetric: bool = False
 
 
@@ -188,9 +194,11 @@ def statistics(A, B, mode: str, symmetric: bool = False) -> Statistics:
         D = fast_quant_bits(k)
         SqA = np.square(quantize(A, E, D)).sum(axis=1)
         SqB = np.square(quantize(B.T, F, D)).sum(axis=1)
+    zA = ((A != 0) & (alpha == 0)).sum(axis=1).astype(np.float64)
+    zB = ((B.T != 0) & (beta == 0)).sum(axis=1).astype(np.float64)
     return Statistics(k, E, F, nzA, nzB, exact_thresholds(A), exact_thresholds(B.T),
                       SA, nA, SB, nB, P, U, SqA, SqB, *k_ranges(A), *k_ranges(B.T),
-                      symmetric)
+                      zA, zB, symmetric)
 
 
 def _q_from_sumsq(S, H_f: float):

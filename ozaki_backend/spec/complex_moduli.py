@@ -29,7 +29,7 @@ import math
 from functools import lru_cache
 
 from .moduli import MIN_MODULI, CRTConstants
-from .rules import CERT_C, EXPECTED_BITS, certificate_factor
+from .rules import EXPECTED_BITS, NATIVE_K
 
 #: The complex moduli, in the order they are used: greedily the largest odd ``m <= 255``
 #: whose prime factors are all ``1 mod 4`` and that is coprime with every modulus
@@ -130,12 +130,11 @@ def expected_complex_moduli(k2: int, elements: int) -> int:
     real embedding's reduction length ``k2 = 2k`` and output elements (``2 m n``, as the
     certificate's factor counts them): the analogue of
     :func:`~ozaki_backend.spec.rules.expected_moduli` (the fewest complex moduli whose
-    guaranteed bits reach ``EXPECTED_BITS``, plus half a bit per halving of the
-    target's factor below ``CERT_C``). Only a starting point: the count found does not
-    depend on it."""
-    c = certificate_factor(k2, elements)
-    extra = round(math.log2(CERT_C / c) / 2) if c > 0 else 0
-    return complex_moduli_for_bits(EXPECTED_BITS + extra, max(k2 // 2, 1))
+    guaranteed bits reach ``EXPECTED_BITS`` less the native scale's relief). Only a
+    starting point: the count found does not depend on it."""
+    g2 = min(max(int(k2), 1), NATIVE_K) / 2
+    relief = math.floor(math.log2(g2) / 4) if g2 >= 1 else 0
+    return complex_moduli_for_bits(EXPECTED_BITS - relief, max(k2 // 2, 1))
 
 
 def pairwise_coprime(moduli) -> bool:

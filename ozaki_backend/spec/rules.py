@@ -18,55 +18,61 @@ BOUND_D = 7
 #: Longest k whose bound GEMM is exact in int32: ``k * 127**2 <= 2**31 - 1``.
 BOUND_KMAX = (2 ** 31 - 1) // (2 ** BOUND_D - 1) ** 2
 
-#: The certificate's target (``docs/spec.md`` §10.2): the certified truncation error of
-#: ``C_ij`` is at most ``c u (|A||B|)_ij`` with ``c = min(k_ij - 1, CERT_C, isqrt(k_ij) / d)``,
-#: ``k_ij`` the number of k where row i of A and column j of B may both be non-zero (k for
-#: dense operands), ``d = CERT_DIV`` for outputs of at least ``CERT_SMALL`` elements,
-#: ``CERT_SMALL_DIV`` below.
-CERT_C = 16
-CERT_DIV = 8
+#: The certificate (``docs/spec.md`` §10). Its target compares the scale of the
+#: emulation's truncation error with the scale of native DGEMM's rounding error on the
+#: data in hand: an element passes a count when ``W_ij <= KAPPA u nu_ij`` (``W``: the
+#: truncation error's size, ``delta_i ||B_j||_2 + ||A_i||_2 rho_j`` bounded through
+#: ``||a||_2^2 <= max|a| ||a||_1``; ``nu``: native's,
+#: ``sqrt(min(k_ij, NATIVE_K) / 2) ||t_ij||_2`` from below, ``t`` the element's terms)
+#: and its rigorous truncation bound is at most ``(k_ij - 1) u (|A||B|)_ij`` (never looser
+#: than native's own ``gamma_k`` with the element's number of terms). All of them powers
+#: of two, so that every scaling by them is exact on both engines.
+KAPPA = 1.0
+#: The native scale's growth with the number of terms stops here: blocked summation
+#: (OpenBLAS, cuBLAS) keeps native's error about flat beyond a few thousand terms
+#: (measured in ``docs/precision.md``).
+NATIVE_K = 4096
+#: Top entries per row of A and column of B whose products bound an element's largest
+#: term from below (``docs/spec.md`` §10.2): they find the terms that decide native's
+#: error on data whose rows span many binades.
+GATHER_H = 8
+#: The gathers run when more than this fraction of the operands' non-zero entries falls
+#: below the bound GEMM's window (``alpha = 0``): wide-range data. Below it the bound GEMM
+#: sees the terms that matter and the gathers are skipped (they change no count there).
+GATHER_SHARE = 0.5
+#: A product is computed with the fewest count at which at most this fraction of its
+#: elements fails the a-priori test; those are then tested a posteriori.
+POST_SHARE = 1 / 16
+#: The a-posteriori test: an element that failed a priori passes when ``W_ij <=
+#: POST_KAPPA rho |C_ij|`` (the product's relative error level, ``rho`` = native's typical
+#: error at its most ill-conditioned element, ``NATIVE_TYPICAL u nu / |C|`` maximised over
+#: the elements), at most ``POST_CAP`` times the element's own allowance.
+POST_KAPPA = 0.25
+NATIVE_TYPICAL = 0.125
+POST_CAP = 2.0 ** 10
+#: Elements the a-posteriori test leaves unsettled are recomputed as float64 dot products
+#: in index order (native's own guarantee) when there are at most this many and their
+#: terms number at most ``REPAIR_TERMS``; otherwise the product is escalated.
+REPAIR_ELEMENTS = 4096
+REPAIR_TERMS = 2 ** 27
+#: Outputs with fewer elements than this are "small" for the cost model's estimates.
 CERT_SMALL = 2 ** 16
-CERT_SMALL_DIV = 32
 
 
-def certificate_divisor(elements: int) -> int:
-    """``d`` of the certificate's factor ``isqrt(k) / d`` for a product of ``elements =
-    m n`` output elements: ``CERT_DIV``, or ``CERT_SMALL_DIV`` below ``CERT_SMALL``."""
-    return CERT_DIV if int(elements) >= CERT_SMALL else CERT_SMALL_DIV
+def certificate_terms(overlap: int, n_row: int, n_col: int) -> int:
+    """``k_ij`` of one element: at most this many of its terms are non-zero, the least of
+    the length of the overlap of row ``i``'s and column ``j``'s non-zero ranges along k
+    and the two non-zero counts (0 or less: the element is exactly zero)."""
+    return min(int(overlap), int(n_row), int(n_col))
 
 
-def certificate_factor(k: int, elements: int) -> float:
-    """The certificate's factor ``c`` of an element summing ``k`` terms (the overlap of
-    its row's and column's non-zero ranges along k; the reduction length for dense
-    operands) in a product of ``elements = m n`` output elements:
-    ``min(k - 1, CERT_C, isqrt(k) / d)``, ``d = 8`` (32 when ``m n < 2**16``); 0 for
-    ``k <= 1``. A float with at most ten significant bits (a multiple of 1/32 below
-    16), so ``c * P`` and ``c * u`` are the same IEEE operation on both engines
-    (:func:`ozaki_backend.spec.certificate.factor` is the element-wise form).
-
-    Why this shape (``docs/precision.md``, "How the target was chosen"):
-
-    * ``c <= k - 1``: with the final rounding, ``(c + 1) u <= gamma_k``, so a certified
-      product meets the bound ``gamma_k (|A||B|)_ij`` of every correct DGEMM (with the
-      element's own ``k``, a tighter bound still).
-    * per element: banded, triangular and block operands sum few terms in some
-      elements, where native DGEMM's error is small too.
-    * ``c`` grows like ``sqrt(k)``: a truncation error bound of ``c u (|A||B|)_ij`` made of
-      ``k`` terms of random sign gives errors near ``c u (|A||B|)_ij / sqrt(k)``, while
-      native DGEMM's rounding errors are near ``u (|A||B|)_ij``; ``sqrt(k) / 8`` keeps the
-      emulation's typical error an eighth of native's at every ``k``.
-    * a four times tighter target for small outputs: the max relative error of a
-      product with few elements is decided by one or two strongly cancelling
-      elements, where native's error is a single draw that is sometimes far below its
-      typical size; the margin covers those draws (measured: ``docs/precision.md``).
-      Small products are cheap, so the extra modulus it sometimes costs is too.
-    * ``CERT_C`` caps it (from ``k = 16384``) at the largest factor whose measured
-      errors stay within the factor-2 goal at ``k = 65536``.
-    """
-    k = int(k)
-    if k <= 1:
-        return 0.0
-    return float(min(k - 1, CERT_C, math.isqrt(k) / certificate_divisor(elements)))
+def native_growth(k_terms: int) -> float:
+    """``g(k) = sqrt(min(k, NATIVE_K) / 2)``: how native DGEMM's typical rounding error
+    grows with the number of terms, relative to the terms' 2-norm (an element of ``k``
+    terms of random sign: recursive summation's partial sums grow like ``sqrt(k)``;
+    blocked summation stops the growth, ``NATIVE_K``). Evaluated as the engines do:
+    one correctly rounded square root."""
+    return math.sqrt(min(max(int(k_terms), 1), NATIVE_K) / 2)
 
 
 def fast_quant_bits(k: int) -> int:
@@ -98,18 +104,20 @@ def moduli_for_bits(bits: int, k: int) -> int:
 
 def expected_moduli(k: int, elements: int = CERT_SMALL) -> int:
     """The moduli count ``precision="fp64"`` certifies with on ordinary data (entries
-    of one order of magnitude, as N(0,1)) for a product of reduction length ``k`` and
-    ``elements = m n`` output elements: the fewest whose guaranteed bits reach
-    ``EXPECTED_BITS`` at the factor ``CERT_C``, plus half a bit per halving of the
-    target's factor below it (each operand keeps half of the extra bits the product
-    needs), rounded. Only an estimate (the cost model's, the printed plan's and the
-    GPU's starting point of the count search); the count of a product is always its
-    certificate's (``docs/spec.md`` §10.3)."""
-    c = certificate_factor(k, elements)
-    extra = round(math.log2(CERT_C / c) / 2) if c > 0 else 0
-    return moduli_for_bits(EXPECTED_BITS + extra, k)
+    of one order of magnitude, as N(0,1)) for a product of reduction length ``k``: the
+    fewest whose guaranteed bits reach ``EXPECTED_BITS`` less half a bit per doubling of
+    the native scale's growth ``g(k)^2`` (:func:`native_growth`: the target grows with
+    ``g(k)``, each operand keeps half of what the product may lose). Only an estimate
+    (the cost model's, the printed plan's and the GPU's starting point of the count
+    search); the count of a product is always its certificate's (``docs/spec.md``
+    §10.3). ``elements`` is accepted for callers that pass the output size; the estimate
+    does not depend on it."""
+    g2 = min(max(int(k), 1), NATIVE_K) / 2
+    relief = math.floor(math.log2(g2) / 4) if g2 >= 1 else 0
+    return moduli_for_bits(EXPECTED_BITS - relief, k)
 
 
-#: Guaranteed bits per operand at which ordinary data certifies (measured on N(0,1)
-#: operands, k = 16 ... 65536; ``tests`` check the estimate within one modulus).
-EXPECTED_BITS = 51
+#: Guaranteed bits per operand at which ordinary data certifies before the native
+#: scale's relief (calibrated on N(0,1) operands, k = 16 ... 65536; ``tests`` check the
+#: estimate within one modulus).
+EXPECTED_BITS = 54

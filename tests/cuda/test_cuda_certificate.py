@@ -13,6 +13,7 @@ from ozaki_backend.reference import certificate as rcert
 from ozaki_backend.reference import equilibrate as req
 from ozaki_backend.reference import pipeline as rpipe
 from ozaki_backend.reference import scaling as rsc
+from ozaki_backend.spec import certificate as spec
 from ozaki_backend.spec.moduli import MAX_MODULI, MIN_MODULI
 from ozaki_backend.testing import FAMILIES, exact_matmul, family_operands, phi_matrix
 
@@ -60,29 +61,62 @@ def test_equilibration_matches_reference(name, ops):
     np.testing.assert_array_equal(S2.get(), S_ref)
 
 
+def _reference_choice(A, B, mode="accurate"):
+    """The reference's gathers, data and count choice of ``A @ B``."""
+    Ae, Be, _ = req.equilibrate(A, B)
+    st = rsc.statistics(Ae, Be, mode)
+    G14 = rcert.gathered(Ae, Be, st)
+    d = rcert.data(st, G14)
+    return st, G14, d, rcert.choose_count(d, st, mode)
+
+
 @pytest.mark.parametrize("name,ops", list(_cases()), ids=lambda x: x if isinstance(x, str) else "")
 def test_count_windows_find_the_reference_count(name, ops):
     """The kept bits of a window of counts and the search within it give the reference's
-    count wherever the window is: decided inside it, or found undecided (above it, or
-    at its lowest count) and searched again over every count."""
+    count and failures wherever the window is: settled inside it, or searched again
+    over every count."""
     from ozaki_backend.cuda import pipeline
     from ozaki_backend.cuda._common import REAL_TABLE
     from ozaki_backend.spec.certificate import count_window
     A, B = ops
-    Ae, Be, _ = req.equilibrate(A, B)
-    N_ref, ok_ref = rcert.choose_count(rsc.statistics(Ae, Be, "accurate"), "accurate")
+    _, G14, _, ch = _reference_choice(A, B)
     prep = pipeline.Prepared(cupy.asarray(A), cupy.asarray(B), "accurate")
+    m, n = A.shape[0], B.shape[1]
     seen = set()
     for start in range(len(REAL_TABLE.counts)):
         prep.window = count_window(len(REAL_TABLE.counts), start)
+        prep._fac = None
         prep._kept(prep.btiles, prep.bm)
-        prep.st[1:].fill(0)
-        host = prep.status(True).get()
-        seen.add(pipeline.certificate.decided(int(host[1]), int(host[3]), prep.window))
-        need, unsure = prep.count(host)
-        assert pipeline.certificate.chosen_count(need, unsure) == N_ref, start
-        assert (unsure == 0) == ok_ref
-    assert seen == {True, False}    # both ways of the search ran
+        host = prep._again()
+        if prep.gathers is not None:
+            seen.add(pipeline.certificate.decide(host, prep.window, m * n) is not None)
+        dec = prep.count(host)          # the gathers (first time), the full search
+        assert (prep.gathers is None) == (G14 is None), start
+        assert (dec.n_moduli, dec.failing) == (ch.n_moduli, ch.failing), start
+    if G14 is None:
+        seen.add(True)
+    assert True in seen
+
+
+@pytest.mark.parametrize("name,ops", list(_cases()), ids=lambda x: x if isinstance(x, str) else "")
+def test_gathers_and_gate_match_reference(name, ops):
+    """The entries below the bound GEMM's window, the gate and the gathered bounds of
+    every element, bitwise."""
+    from ozaki_backend.cuda import certificate as ccert
+    from ozaki_backend.cuda import pipeline
+    A, B = ops
+    st, G14, _, _ = _reference_choice(A, B)
+    prep = pipeline.Prepared(cupy.asarray(A), cupy.asarray(B), "accurate")
+    np.testing.assert_array_equal(prep.a.Z.get(), st.zA)
+    np.testing.assert_array_equal(prep.b.Z.get(), st.zB)
+    host = prep.status(True).get()
+    assert bool(host[4]) == (G14 is not None)
+    g = ccert.Gathers(prep.a, prep.b, prep.S, prep.k)
+    (i0, i1, j0, j1), = prep.btiles
+    got = ccert.g16_values(g.tile(i0, i1, j0, j1)).get()
+    want = G14 if G14 is not None else rcert.gathered(
+        *req.equilibrate(A, B)[:2], st._replace(zA=st.nA, zB=st.nB))
+    assert_same_bits(got, want)
 
 
 @pytest.mark.parametrize("mode", ["fast", "accurate"])
@@ -121,15 +155,22 @@ def test_statistics_and_shifts_match_reference(name, ops, mode):
             s_ref, t_ref = rsc.shifts(st, N, mode)
             np.testing.assert_array_equal(s.get(), s_ref, err_msg=f"N={N}")
             np.testing.assert_array_equal(t.get(), t_ref, err_msg=f"N={N}")
-    # the per-element counts: their largest finite value and how many elements have
-    # none, as the device reports them; then the count both engines compute with
-    counts = rcert.element_counts(st, mode)
-    need, unsure = prep.count(prep.status(True).get())
-    assert need == int(counts.max(initial=0, where=counts > 0))
-    assert unsure == int((counts == 0).sum())
-    N_ref, ok_ref = rcert.choose_count(st, mode)
-    assert (need if need and not unsure else MAX_MODULI) == N_ref
-    assert (unsure == 0) == ok_ref
+    # the per-element counts' histogram of the full search, as the device reports it;
+    # then the count both engines compute with
+    Ae, Be, _ = req.equilibrate(A, B)
+    d = rcert.data(st, rcert.gathered(Ae, Be, st))
+    counts = rcert.element_counts(d, st, mode)
+    prep.widen()
+    host = prep._again()
+    if int(host[4]):
+        prep.count(host)
+        host = prep._again()
+    got = {N: int(v) for N, v in zip(range(MIN_MODULI, MAX_MODULI + 1), host[6:]) if v}
+    hist, none = spec.histogram(counts)
+    assert (got, int(host[1])) == (hist, none)
+    ch = rcert.choose_count(d, st, mode)
+    dec = prep.count(host)
+    assert (dec.n_moduli, dec.failing, dec.all_pass) == tuple(ch)
 
 
 @pytest.mark.parametrize("mode", ["fast", "accurate"])
@@ -163,7 +204,8 @@ def _run(A, B, engine, mode, on_device=False):
 
 
 @pytest.mark.parametrize("mode", ["fast", "accurate"])
-@pytest.mark.parametrize("name", list(FAMILIES) + ["crossed"])
+@pytest.mark.parametrize("name", list(FAMILIES) + ["crossed", "diagonal", "lagged",
+                                                   "outliers"])
 def test_families_end_to_end_equal_cpu(name, mode):
     """Same bits, same bounds, same outcome (certified, residual pass, native) as the
     CPU engine, for NumPy and CuPy operands; the native fallback's bits are the GPU
@@ -172,6 +214,19 @@ def test_families_end_to_end_equal_cpu(name, mode):
     if name == "crossed":
         A = np.array([[1e30, 1e-30], [1e-30, 1e30]])
         B = np.array([[1e-30, 1e30], [1e30, 1e-30]])
+    elif name == "diagonal":            # every element direct: one term
+        A = rng.standard_normal((40, 300))
+        B = np.diag(np.ldexp(1.0, rng.integers(-30, 31, 300)) * rng.standard_normal(300))
+    elif name == "lagged":              # two terms per element, differences
+        A = rng.standard_normal((40, 300)).cumsum(1)
+        B = np.zeros((300, 299))
+        B[np.arange(299), np.arange(299)] = -1.0
+        B[np.arange(1, 300), np.arange(299)] = 1.0
+    elif name == "outliers":            # a few huge entries per row: a posteriori, repairs
+        A, B = rng.standard_normal((40, 300)), rng.standard_normal((300, 36))
+        for M in (A, B.T):
+            idx = rng.integers(0, M.shape[1], (M.shape[0], 3))
+            np.put_along_axis(M, idx, rng.standard_normal(idx.shape) * 1e6, axis=1)
     else:
         A, B = family_operands(name, 40, 300, 36, rng)
     C0, b0, out0 = _run(A, B, "cpu", mode)

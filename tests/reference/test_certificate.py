@@ -1,8 +1,8 @@
 """Stage 5 (the certificate, ``docs/spec.md`` §10) of the CPU reference, piece by
-piece: the exactness thresholds, the non-zero ranges, the monotone count, and the rigour
-of the bound end to end. The formulas themselves (the bound GEMM's two bounds of
-``|A||B|``, the target's relation to ``gamma_k``, structural zeros) are checked in
-``tests/spec/test_certificate_formulas.py``."""
+piece: the exactness thresholds, the non-zero ranges, the monotone count, the gathers,
+the count's choice, and the rigour of the bound end to end. The formulas themselves
+(the bound GEMM's two bounds of ``|A||B|``, the cap's relation to ``gamma_k``, the
+codes, the direct values) are checked in ``tests/spec/test_certificate_formulas.py``."""
 
 from fractions import Fraction
 
@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import ozaki_backend as ob
 from ozaki_backend.reference import certificate, equilibrate, scaling
+from ozaki_backend.spec import certificate as spec
 from ozaki_backend.spec.moduli import MAX_MODULI, MIN_MODULI
 from ozaki_backend.spec.rules import expected_moduli
 from ozaki_backend.testing import exact_matmul, phi_matrix
@@ -52,14 +53,52 @@ def test_counts_are_monotone_and_match_every_single_test():
     A, B = phi_matrix((10, 200), 2.0, rng), phi_matrix((200, 8), 2.0, rng)
     for mode in ("fast", "accurate"):
         st_ = scaling.statistics(A, B, mode)
-        need = certificate.element_counts(st_, mode)
+        d = certificate.data(st_, certificate.gathered(A, B, st_))
+        need = certificate.element_counts(d, st_, mode)
         prev = np.zeros(need.shape, dtype=bool)
         for N in range(MIN_MODULI, MAX_MODULI + 1):
             s, t = scaling.shifts(st_, N, mode)
-            ok = certificate.passes(st_, s, t)
+            ok = spec.passes(d, s, t)
             assert (ok >= prev).all(), N            # once passed, passed for every larger N
             np.testing.assert_array_equal(ok, (need > 0) & (need <= N))
             prev = ok
+
+
+def test_the_count_lets_at_most_a_sixteenth_fail_a_priori():
+    """choose_count: the fewest count at which at most 1/16 of the elements fail the
+    a-priori test (the next lower count lets more fail), and the fewest count all pass."""
+    rng = np.random.default_rng(15)
+    A, B = phi_matrix((64, 500), 3.0, rng), phi_matrix((500, 48), 3.0, rng)
+    A, B, _ = equilibrate.equilibrate(A, B)
+    st_ = scaling.statistics(A, B, "accurate")
+    d = certificate.data(st_, certificate.gathered(A, B, st_))
+    ch = certificate.choose_count(d, st_, "accurate")
+    fails = {N: int((~spec.passes(d, *scaling.shifts(st_, N, "accurate"))).sum())
+             for N in range(MIN_MODULI, MAX_MODULI + 1)}
+    assert ch.failing == fails[ch.n_moduli] and 16 * ch.failing <= A.shape[0] * B.shape[1]
+    assert 16 * fails[ch.n_moduli - 1] > A.shape[0] * B.shape[1]
+    assert ch.all_pass == min((N for N in fails if fails[N] == 0), default=None)
+
+
+def test_gathers_run_on_wide_range_data_only_and_bound_the_largest_term():
+    """The gate: N(0,1) operands keep their mass in the bound GEMM's window (no
+    gathers); phi = 4 operands do not, and the gathered bound is at most each element's
+    largest term (exact products of the operands, in units of 2^(E+F-14))."""
+    rng = np.random.default_rng(16)
+    X, Y = rng.standard_normal((20, 300)), rng.standard_normal((300, 18))
+    assert certificate.gathered(X, Y, scaling.statistics(X, Y, "accurate")) is None
+    A, B = phi_matrix((20, 300), 4.0, rng), phi_matrix((300, 18), 4.0, rng)
+    st_ = scaling.statistics(A, B, "accurate")
+    G14 = certificate.gathered(A, B, st_)
+    assert G14 is not None and (G14 > 0).all()
+    largest = (np.abs(A)[:, :, None] * np.abs(B)[None, :, :]).max(axis=1)
+    scale = np.ldexp(1.0, st_.E[:, None] + st_.F[None, :] - 14)
+    assert (G14 * scale <= largest).all()
+    # the top entries of every row are found: at least a quarter of the largest term
+    # where it involves a row's or a column's largest entry
+    assert (G14 * scale * 4 >= np.maximum(
+        np.abs(A).max(1)[:, None] * np.abs(B)[np.abs(A).argmax(1), :],
+        np.abs(A)[:, np.abs(B).argmax(0)] * np.abs(B).max(0)[None, :])).all()
 
 
 def test_shifts_never_decrease_with_the_count():
@@ -86,12 +125,16 @@ def test_ordinary_data_certifies_with_the_expected_count(k):
 
 
 def test_fewer_moduli_miss_the_target_on_ordinary_data():
-    """The target is not vacuous: two moduli fewer than the count miss it."""
+    """The target is not vacuous: one modulus fewer than the count fails more than a
+    sixteenth of the elements of ordinary data."""
     rng = np.random.default_rng(9)
     A, B = rng.standard_normal((32, 1000)), rng.standard_normal((1000, 32))
     st_ = scaling.statistics(*equilibrate.equilibrate(A, B)[:2], "accurate")
-    N, ok = certificate.choose_count(st_, "accurate")
-    assert ok and not certificate.certified(st_, N - 1, "accurate")
+    d = certificate.data(st_)
+    ch = certificate.choose_count(d, st_, "accurate")
+    assert ch.failing == 0
+    s, t = scaling.shifts(st_, ch.n_moduli - 1, "accurate")
+    assert 16 * int((~spec.passes(d, s, t)).sum()) > 32 * 32
 
 
 def test_bound_is_rigorous_for_every_count():
@@ -125,7 +168,8 @@ def test_return_bound_shapes_and_scheme():
 
 def test_escalation_order_residual_then_native():
     """Crossed magnitudes no moduli count resolves: the residual pass where its bound
-    meets the target, the native GEMM (warned, counted) where not."""
+    meets the target, the native GEMM (warned, counted) where not; every outcome's
+    bound holds."""
     big, small = 2.0 ** 100, 2.0 ** -100
     rng = np.random.default_rng(12)
     n = 24
@@ -138,8 +182,16 @@ def test_escalation_order_residual_then_native():
     assert (np.abs(C - E) <= bound + U * np.abs(E)).all()
     outcomes = ob.stats()["certificate"]
     assert set(outcomes) <= {"certified", "residual pass", "native fallback"}
-    with pytest.warns(ob.NativeFallbackWarning):
-        x = np.array([[1e30, 1e-30], [1e-30, 1e30]])
-        y = np.array([[1e-30, 1e30], [1e30, 1e-30]])
-        r = ob.matmul(x, y, engine="cpu")
-    np.testing.assert_array_equal(r, x @ y)
+
+
+def test_crossed_two_term_products_are_exact():
+    """The crossed 2 x 2 product no scaling resolves (each row and column truncates the
+    other's small entry): every element has two terms, computed directly and exactly,
+    with no fallback."""
+    x = np.array([[1e30, 1e-30], [1e-30, 1e30]])
+    y = np.array([[1e-30, 1e30], [1e30, 1e-30]])
+    ob.reset_stats()
+    r, bound = ob.matmul(x, y, engine="cpu", return_bound=True)
+    np.testing.assert_array_equal(r, exact_matmul(x, y))
+    assert ob.stats()["certificate"] == {"certified": 1}
+    assert (bound <= U * np.abs(r) * 1.01 + 1e-300).all()

@@ -1,8 +1,9 @@
-"""The certificate's formulas (:mod:`ozaki_backend.spec.certificate`,
-``docs/spec.md`` §10) and its rule (:func:`ozaki_backend.spec.rules.certificate_factor`):
-the bound GEMM's two bounds of ``|A||B|``, the target's relation to ``gamma_k``, and
-the structural zeros. The formulas' inputs are the CPU reference's statistics; the
-reference's own certificate stage is in ``tests/reference/test_certificate.py``."""
+"""The certificate's formulas (:mod:`ozaki_backend.spec.certificate`, ``docs/spec.md``
+§10): the bound GEMM's and the gathers' bounds of ``|A||B|``, the cap's relation to
+``gamma_k`` with the element's own terms, the native scale's relation to the terms'
+2-norm, the codes, the direct values, the count's choice from a histogram. The formulas'
+inputs are the CPU reference's statistics; the reference's own certificate stage is in
+``tests/reference/test_certificate.py``."""
 
 from fractions import Fraction
 
@@ -11,95 +12,176 @@ import pytest
 
 from ozaki_backend.reference import certificate, scaling
 from ozaki_backend.spec import certificate as spec
-from ozaki_backend.spec.rules import (CERT_C, CERT_DIV, CERT_SMALL, CERT_SMALL_DIV,
-                                       certificate_factor)
+from ozaki_backend.spec.rules import KAPPA, NATIVE_K, POST_SHARE, native_growth
 from ozaki_backend.testing import exact_matmul, phi_matrix
 
 U = 2.0 ** -53
 
+
+def _data(A, B):
+    st_ = scaling.statistics(A, B, "accurate")
+    return st_, certificate.data(st_, certificate.gathered(A, B, st_))
+
+
 @pytest.mark.parametrize("phi", [-1.0, 1.0, 4.0])
-def test_bound_gemm_brackets_the_absolute_product(phi):
-    """2^(E+F-14) P <= |A||B| <= 2^(E+F-14) U, element by element (exact oracle)."""
+def test_lower_and_upper_bounds_bracket_the_absolute_product(phi):
+    """2^(E+F-14) Lambda <= |A||B| <= 2^(E+F-14) U, element by element (exact oracle),
+    the gathers' terms included in Lambda."""
     rng = np.random.default_rng(int(10 * phi) + 20)
     A, B = phi_matrix((12, 90), phi, rng), phi_matrix((90, 9), phi, rng)
     A[3] = 0.0
     B[:, 2] = 0.0
-    st_ = scaling.statistics(A, B, "accurate")
-    d = certificate.data(st_)
+    st_, d = _data(A, B)
     AB = exact_matmul(np.abs(A), np.abs(B))
-    L = spec.lower_product(d)
+    assert (spec.lower_product(d) <= AB).all()
     Up = spec.upper_product(d)
-    assert (L <= AB).all()
     assert (AB <= Up * (1 + 2 * U)).all()          # AB itself is rounded: half an ulp
     assert (Up[3] == 0).all() and (Up[:, 2] == 0).all()
 
 
-def test_target_implies_the_dgemm_bound():
-    """(c + 1 + c u) u <= gamma_k: a certified product (method error c u |A||B|, the
-    final rounding u |C| on top) is within every correct DGEMM's bound gamma_k |A||B|
-    (docs/spec.md §10.2), at every k and output size; exact rational arithmetic."""
-    for k in list(range(1, 80)) + [255, 256, 1000, 4096, 8192, 2 ** 20, 2 ** 30]:
-        for elements in (1, CERT_SMALL - 1, CERT_SMALL, 10 ** 8):
-            c = Fraction(certificate_factor(k, elements))
-            gamma = Fraction(k) * Fraction(U) / (1 - Fraction(k) * Fraction(U))
-            assert (c + 1 + c * Fraction(U)) * Fraction(U) <= gamma, (k, elements)
+def test_the_cap_implies_the_dgemm_bound_of_the_elements_terms():
+    """A certified element's method error is at most (k_ij - 1) u (|A||B|)_ij; with the
+    final rounding u |C| on top it is within gamma_{k_ij} (|A||B|)_ij, the bound of every
+    correct DGEMM with that many terms (exact rational arithmetic)."""
+    for k in list(range(2, 80)) + [255, 256, 4096, 8192, 2 ** 20, 2 ** 30]:
+        c = Fraction(k - 1)
+        gamma = Fraction(k) * Fraction(U) / (1 - Fraction(k) * Fraction(U))
+        assert (c + 1 + c * Fraction(U)) * Fraction(U) <= gamma, k
 
 
-def test_target_factor_shape():
-    """c = min(k - 1, CERT_C, isqrt(k) / d): d = CERT_DIV for outputs of CERT_SMALL
-    elements and more, CERT_SMALL_DIV below; a multiple of 1/32 with at most ten
-    significant bits (so c * P and c * u are the same IEEE operation on both engines)."""
-    assert certificate_factor(1, 10 ** 6) == 0 and certificate_factor(0, 1) == 0
-    assert certificate_factor(10 ** 6, 10 ** 6) == CERT_C
-    assert certificate_factor(4096, CERT_SMALL) == 64 / CERT_DIV
-    assert certificate_factor(4096, CERT_SMALL - 1) == 64 / CERT_SMALL_DIV
-    assert certificate_factor(2, 10 ** 6) == 1 / CERT_DIV
-    for k in range(1, 5000, 7):
-        for elements in (10, 10 ** 6):
-            c = certificate_factor(k, elements)
-            assert c <= max(k - 1, 0) and c <= CERT_C
-            q = Fraction(c) * 32
-            assert q.denominator == 1 and int(q).bit_length() <= 10
-            # monotone in k: a longer product is never held to a tighter target
-            assert certificate_factor(k + 1, elements) >= c
+def test_terms_are_at_least_the_nonzero_terms_and_exact_for_structures():
+    """k_ij >= the number of k with A_ik B_kj != 0, equal for banded and one-term
+    operands; <= 0 exactly where every term is zero."""
+    rng = np.random.default_rng(3)
+    k = 60
+    A = rng.standard_normal((20, k)) * (rng.random((20, k)) < 0.3)
+    B = rng.standard_normal((k, 15)) * (rng.random((k, 15)) < 0.3)
+    _, d = _data(A, B)
+    ke = spec.terms(d)
+    nnz = (A != 0).astype(int) @ (B != 0).astype(int)
+    assert (ke >= nnz).all() and ((ke <= 0) <= (nnz == 0)).all()
+    D = np.diag(rng.standard_normal(k))
+    _, dd = _data(rng.standard_normal((7, k)), D)
+    assert (spec.terms(dd) == 1).all()
+    band = np.triu(np.tril(rng.standard_normal((k, k)), 2), -2)   # bandwidth 5
+    _, db = _data(band, band)
+    truth = (band != 0).astype(int) @ (band != 0).astype(int)
+    assert (np.maximum(spec.terms(db), 0) >= truth).all() and spec.terms(db).max() <= 5
+
+
+@pytest.mark.parametrize("phi", [-1.0, 2.0, 4.0])
+def test_native_scale_is_below_the_terms_2_norm(phi):
+    """nu = g(k) max(P / sqrt(k), G14) <= g(k) ||t_ij||_2 in units of 2^(E+F-14)
+    (a lower estimate of native's error scale), up to its own roundings."""
+    rng = np.random.default_rng(int(phi) + 40)
+    A, B = phi_matrix((16, 200), phi, rng), phi_matrix((200, 12), phi, rng)
+    st_, d = _data(A, B)
+    ke = spec.terms(d)
+    nu = np.ldexp(spec.native_scale(d, ke), st_.E[:, None] + st_.F[None, :] - 14)
+    t2 = np.sqrt(exact_matmul(A * A, B * B))
+    assert (nu <= native_growth(200) * t2 * (1 + 8 * U)).all()
+    assert native_growth(10 ** 6) == native_growth(NATIVE_K) == np.sqrt(NATIVE_K / 2)
+
+
+def test_target_is_kappa_u_nu_in_the_spread_units():
+    """w <= target  <=>  W = 2^(E+F-63.5) w <= KAPPA u nu 2^(E+F-14): the constant."""
+    tgt = spec.target(None, np.float64(1.0))
+    assert tgt == pytest.approx(KAPPA * 2.0 ** -53 * 2.0 ** -14 / 2.0 ** -63.5, rel=1e-15)
+
+
+@pytest.mark.parametrize("x", [1.0, 0.75, 0.7499999999999999, 0.5, 3.0, 5e-324, 1e-300,
+                               2.0 ** 60 * 1.8, -7.25, 2.0 ** -70])
+def test_codes_bound_the_entries_from_below_within_three_halves(x):
+    E = np.array([int(np.frexp(abs(x))[1]) + 3])
+    c = spec.codes(np.array([[x]]), E)
+    v = Fraction(float(spec.code_value(c)[0, 0])) * Fraction(2) ** int(E[0])
+    if c[0, 0] == spec.CODE_ZERO:
+        assert abs(Fraction(x)) < Fraction(2) ** (int(E[0]) - 63)
+    else:
+        assert v <= abs(Fraction(x)) < v * Fraction(3, 2)
 
 
 def test_structural_zeros_are_exact():
-    """Triangular factors: elements whose k ranges do not meet are certified exact."""
+    """Triangular factors: elements whose k ranges do not meet have no terms."""
     rng = np.random.default_rng(7)
-    L = np.tril(rng.standard_normal((30, 30)))
     Uu = np.triu(rng.standard_normal((30, 30)))
-    st_ = scaling.statistics(Uu, L, "accurate")
-    d = certificate.data(st_)
-    ov = spec.overlap(d)
-    i, j = np.indices(ov.shape)
-    np.testing.assert_array_equal(ov, np.maximum(i, j) <= 29)   # U @ L: every pair meets
-    st2 = scaling.statistics(L, Uu, "accurate")
-    ov2 = spec.overlap(certificate.data(st2))
-    np.testing.assert_array_equal(ov2, np.ones_like(ov2))
-    st3 = scaling.statistics(Uu, Uu, "accurate")              # U @ U: zero below
-    np.testing.assert_array_equal(spec.overlap(certificate.data(st3)), i <= j)
+    _, d = _data(Uu, Uu)                                        # U @ U: zero below
+    i, j = np.indices((30, 30))
+    np.testing.assert_array_equal(spec.terms(d) <= 0, i > j)
 
 
-def test_isqrt_is_exact():
-    """The element-wise integer square root both engines use (spec §10.2)."""
-    xs = np.array([0, 1, 2, 3, 4, 8, 9, 15, 16, 17, 2 ** 31 - 1, 2 ** 40 + 5,
-                   (2 ** 26 - 1) ** 2, (2 ** 26 - 1) ** 2 - 1, 2 ** 51 - 1], dtype=np.int64)
-    import math
-    np.testing.assert_array_equal(spec.isqrt(xs), [math.isqrt(int(x)) for x in xs])
+def _exact(a1, b1, a2, b2):
+    return Fraction(a1) * Fraction(b1) + Fraction(a2) * Fraction(b2)
 
 
-def test_factor_follows_each_elements_overlap():
-    """c_ij is certificate_factor of the number of k where row i of A and column j of B
-    may both be non-zero: triangular operands hold short sums to a tighter target."""
-    rng = np.random.default_rng(11)
-    k = 300
-    A = np.triu(rng.standard_normal((k, k)))      # row i non-zero on [i, k)
-    B = np.tril(rng.standard_normal((k, k)))      # column j non-zero on [j, k)
-    d = certificate.data(scaling.statistics(A, B, "accurate"))
-    c = spec.factor(d)
-    i, j = np.indices((k, k))
-    ke = k - np.maximum(i, j)
-    expected = np.array([[certificate_factor(int(x), k * k) for x in row] for row in ke])
-    np.testing.assert_array_equal(c, expected)
-    assert c[0, 0] == certificate_factor(k, k * k) and c[-1, -1] == 0.0
+def test_direct_values_are_within_their_bound_and_exact_where_products_are():
+    """One term: RN(a b). Two terms: Dot2 (error <= u|C| + gamma_2^2 S), exact for
+    products that are exact (selectors, differences), the plain sum out of range; each
+    within its bound (exact rational arithmetic)."""
+    rng = np.random.default_rng(8)
+    n = 400
+    a1, b1, a2, b2 = (rng.standard_normal(n) * np.ldexp(1.0, rng.integers(-40, 40, n))
+                      for _ in range(4))
+    a2[:100] = -a1[:100] * (1 + 2.0 ** -30)                  # strong cancellation
+    b2[:100] = b1[:100]
+    b1[100:150], b2[100:150] = 1.0, -1.0                      # differences: exact
+    a1[150:160] *= 2.0 ** 600                                 # out of Dekker's range
+    two = np.ones(n, dtype=bool)
+    two[160:180] = False
+    a2[160:180] = b2[160:180] = 0.0
+    C, bound = spec.direct_values(a1, b1, a2, b2, two)
+    for i in range(n):
+        exact = _exact(a1[i], b1[i], a2[i], b2[i])
+        assert abs(Fraction(C[i]) - exact) <= Fraction(bound[i]), i
+        if 100 <= i < 150 or not two[i]:
+            assert C[i] == float(exact), i                   # correctly rounded
+    # Dot2 is faithful: within one ulp of the exact value on the cancelling ones
+    for i in range(100):
+        exact = _exact(a1[i], b1[i], a2[i], b2[i])
+        assert abs(Fraction(C[i]) - exact) <= Fraction(np.spacing(abs(C[i]))), i
+
+
+def test_choose_takes_the_fewest_count_with_at_most_a_sixteenth_failing():
+    counts = list(range(2, 21))
+    hist = {14: 900, 15: 60, 16: 30, 18: 10}
+    ch = spec.choose(hist, 0, 1000, counts)
+    assert ch == spec.Choice(15, 40, 18)
+    assert spec.choose(hist, 100, 1000, counts) == spec.Choice(20, 100, None)
+    assert 40 <= 1000 * POST_SHARE < 100
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_settled_window_gives_the_full_choice(seed):
+    """window_choice: a window whose search (per element: the fewest passing count of
+    lo .. hi, lo for those passing there, none past the largest, undecided between)
+    settles the count gives the full search's count and failures."""
+    rng = np.random.default_rng(seed)
+    counts = list(range(2, 21))
+    size = int(rng.integers(1, 400))
+    centre = int(rng.integers(0, len(counts)))
+    fewest = np.clip(centre + rng.integers(-2, 3, size), 0, len(counts) - 1)
+    fewest = [None if rng.random() < 0.02 else int(f) for f in fewest]
+    full = {}
+    for f in fewest:
+        if f is not None:
+            full[counts[f]] = full.get(counts[f], 0) + 1
+    none_full = sum(f is None for f in fewest)
+    want = spec.choose(full, none_full, size, counts)
+    for start in range(len(counts)):
+        lo, hi, _ = spec.count_window(len(counts), start)
+        hist, none, undecided = {}, 0, 0
+        for f in fewest:
+            if f is None:
+                none += 1
+            elif f <= hi:
+                c = counts[max(f, lo)]
+                hist[c] = hist.get(c, 0) + 1
+            elif hi == len(counts) - 1:
+                none += 1
+            else:
+                undecided += 1
+        got = spec.window_choice(hist, none, undecided, (lo, hi), counts, size)
+        if got is not None:
+            assert got.n_moduli == want.n_moduli and got.failing == want.failing, start
+            assert got.all_pass in (None, want.all_pass), start
+    assert spec.window_choice(full, none_full, 0, None, counts, size) == want

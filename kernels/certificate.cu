@@ -1,0 +1,335 @@
+// Stages 5-6 beyond the count search: the gathers, the a-posteriori test, the elements
+// computed from their terms (docs/spec.md §10.2, §10.4-10.5). Mirrored by
+// ozaki_backend/cuda/certificate.py and ozaki_backend/cuda/direct.py (and the reference's
+// ozaki_backend/reference/certificate.py, direct.py); the arithmetic is certificate.cuh's,
+// operation for operation the formulas of ozaki_backend/spec/certificate.py.
+//
+// Operands are read row-wise (A as m x k, B as its transpose n x k, any strides), the
+// equilibration exponents S applied on the fly (x 2^(ks S_k), ks = -1 for A, +1 for B^T).
+#include "certificate.cuh"
+
+// ---------------------------------------------------------------------------------
+// The gate of the gathers (spec.gathers_needed): out[0] = 1 when the entries below the
+// bound GEMM's window (Z, per row of A and of B^T) are more than half the non-zero ones
+// (n). One block; 64-bit sums.
+extern "C" __global__ void __launch_bounds__(1024)
+oz_gather_gate(const int *__restrict__ Za, const int *__restrict__ na, int ma,
+               const int *__restrict__ Zb, const int *__restrict__ nb, int mb,
+               int *__restrict__ out) {
+    __shared__ long long sz[32], sn[32];
+    long long z = 0, n = 0;
+    for (int r = threadIdx.x; r < ma; r += blockDim.x) z += Za[r], n += na[r];
+    for (int r = threadIdx.x; r < mb; r += blockDim.x) z += Zb[r], n += nb[r];
+    for (int off = 16; off > 0; off >>= 1) {
+        z += __shfl_xor_sync(0xffffffffu, z, off);
+        n += __shfl_xor_sync(0xffffffffu, n, off);
+    }
+    if ((threadIdx.x & 31) == 0) sz[threadIdx.x >> 5] = z, sn[threadIdx.x >> 5] = n;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        z = n = 0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); ++w) z += sz[w], n += sn[w];
+        out[0] = 2 * z > n ? 1 : 0;     // GATHER_SHARE = 1/2
+    }
+}
+
+// The top OZ_GATHER_H entries of each row (reference.certificate.top_indices): the
+// columns of the h largest |x 2^(ks S_k)|, largest first, ties to the lower column; H
+// (rows x OZ_GATHER_H) their columns, Ct (rows x OZ_GATHER_H) their codes (spec.codes,
+// zero for slots past a short row). One warp per row (block (32, 8)): each lane keeps
+// its own sorted list of h over the columns it reads, then h rounds of a warp argmax
+// take the best head of all lanes (the columns are distinct, so the order is total).
+extern "C" __global__ void __launch_bounds__(256)
+oz_top_entries(const double *__restrict__ X, i64 rs, i64 cs, int rows, int cols,
+               const int *__restrict__ S, int ks, const int *__restrict__ E, int h,
+               int *__restrict__ H, i8 *__restrict__ Ct) {
+    int row = blockIdx.x * 8 + threadIdx.y;
+    if (row >= rows) return;                         // a whole warp leaves together
+    double v[OZ_GATHER_H];
+    int kx[OZ_GATHER_H], cd[OZ_GATHER_H];
+#pragma unroll
+    for (int r = 0; r < OZ_GATHER_H; ++r) v[r] = -1.0, kx[r] = OZ_INT_MAX, cd[r] = OZ_CODE_ZERO;
+    int Er = E[row];
+    const double *xr = X + (i64)row * rs;
+    for (int k = threadIdx.x; k < cols; k += 32) {
+        double x = xr[(i64)k * cs];
+        if (S) x = oz_shift(x, ks * S[k]);
+        double a = fabs(x);
+        if (!(a > v[OZ_GATHER_H - 1])) continue;      // later columns lose ties
+        int c = oz_code(x, Er);
+        // insert (a, k, c) into the descending list
+        double ca = a;
+        int ck = k, cc = c;
+#pragma unroll
+        for (int r = 0; r < OZ_GATHER_H; ++r) {
+            if (ca > v[r]) {
+                double tv = v[r];
+                int tk = kx[r], tc = cd[r];
+                v[r] = ca, kx[r] = ck, cd[r] = cc;
+                ca = tv, ck = tk, cc = tc;
+            }
+        }
+    }
+    for (int r = 0; r < h; ++r) {
+        double bv = v[0];
+        int bk = kx[0], bc = cd[0];
+        for (int off = 16; off > 0; off >>= 1) {
+            double ov = __shfl_xor_sync(0xffffffffu, bv, off);
+            int ok = __shfl_xor_sync(0xffffffffu, bk, off);
+            int oc = __shfl_xor_sync(0xffffffffu, bc, off);
+            if (ov > bv || (ov == bv && ok < bk)) bv = ov, bk = ok, bc = oc;
+        }
+        if (kx[0] == bk && bv >= 0.0) {               // this lane's head won: pop it
+#pragma unroll
+            for (int q = 0; q < OZ_GATHER_H - 1; ++q) v[q] = v[q + 1], kx[q] = kx[q + 1], cd[q] = cd[q + 1];
+            v[OZ_GATHER_H - 1] = -1.0, kx[OZ_GATHER_H - 1] = OZ_INT_MAX;
+            cd[OZ_GATHER_H - 1] = OZ_CODE_ZERO;
+        }
+        if (threadIdx.x == 0) {
+            H[(i64)row * OZ_GATHER_H + r] = bv >= 0.0 ? bk : 0;
+            Ct[(i64)row * OZ_GATHER_H + r] = (i8)(bv >= 0.0 ? bc : OZ_CODE_ZERO);
+        }
+    }
+}
+
+// The codes of every entry, transposed: Ck[k][r] (ldc >= rows) = spec.codes of row r's
+// entry k. Tiles of 32 rows x 64 columns through shared memory, both sides coalesced.
+extern "C" __global__ void __launch_bounds__(256)
+oz_codes_t(const double *__restrict__ X, i64 rs, i64 cs, int rows, int cols, int rows_fast,
+           const int *__restrict__ S, int ks, const int *__restrict__ E, i8 *__restrict__ Ck,
+           i64 ldc) {
+    __shared__ double tile[OZ_TR][OZ_TK + 1];
+    int row0 = blockIdx.y * OZ_TR, col0 = blockIdx.x * OZ_TK;
+    oz_load_tile(tile, X, rs, cs, rows, cols, row0, col0, rows_fast, S, ks);
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < OZ_TR * OZ_TK; idx += blockDim.x) {
+        int r = idx & (OZ_TR - 1), c = idx / OZ_TR;
+        int gr = row0 + r, gc = col0 + c;
+        if (gr < rows && gc < cols) Ck[(i64)gc * ldc + gr] = (i8)oz_code(tile[r][c], E[gr]);
+    }
+}
+
+// The gathered lower bound of every element of one tile (reference.certificate.gathered):
+// G[i][j] (int16, certificate.cuh) = the largest product of code values over row i's top
+// entries (with B's codes in those rows) and column j's (with A's codes in those
+// columns), times 2^14. Rows i0 .. i0 + rows of A, columns j0 .. j0 + cols of B; the
+// tile's rows of the output start at G. Block (32, 8) per 32 x 32 elements: the codes
+// the block needs are staged in shared memory with coalesced loads first.
+extern "C" __global__ void __launch_bounds__(256)
+oz_gather(const int *__restrict__ HA, const i8 *__restrict__ CtA, const i8 *__restrict__ CkA,
+          i64 lda, int i0, int rows, const int *__restrict__ HB, const i8 *__restrict__ CtB,
+          const i8 *__restrict__ CkB, i64 ldb, int j0, int cols, int h,
+          short *__restrict__ G, i64 ldg) {
+    __shared__ i8 sA[32][OZ_GATHER_H][32];   // [col][r][row]: A's codes at column j's tops
+    __shared__ i8 sB[32][OZ_GATHER_H][32];   // [row][r][col]: B's codes at row i's tops
+    int tid = threadIdx.y * 32 + threadIdx.x;
+    int ib = blockIdx.y * 32, jb = blockIdx.x * 32;
+    for (int idx = tid; idx < 32 * OZ_GATHER_H * 32; idx += 256) {
+        int x = idx & 31, r = (idx >> 5) % OZ_GATHER_H, y = idx / (32 * OZ_GATHER_H);
+        // y: the tile's column (sA) / row (sB); x: the row (sA) / column (sB)
+        i8 a = OZ_CODE_ZERO, b = OZ_CODE_ZERO;
+        if (r < h && jb + y < cols && ib + x < rows)
+            a = CkA[(i64)HB[(i64)(j0 + jb + y) * OZ_GATHER_H + r] * lda + i0 + ib + x];
+        if (r < h && ib + y < rows && jb + x < cols)
+            b = CkB[(i64)HA[(i64)(i0 + ib + y) * OZ_GATHER_H + r] * ldb + j0 + jb + x];
+        sA[y][r][x] = a;
+        sB[y][r][x] = b;
+    }
+    __syncthreads();
+    int jj = threadIdx.x, j = jb + jj;
+    if (j >= cols) return;
+    for (int ii = threadIdx.y; ii < 32; ii += 8) {
+        int i = ib + ii;
+        if (i >= rows) break;
+        double best = 0.0;
+        short code = -1;
+        for (int r = 0; r < h; ++r) {
+            int ca = CtA[(i64)(i0 + i) * OZ_GATHER_H + r], cb = sB[ii][r][jj];
+            double v = __dmul_rn(oz_code_value(ca), oz_code_value(cb));
+            if (v > best) best = v, code = oz_g16_of(ca, cb);
+            ca = sA[jj][r][ii];
+            cb = CtB[(i64)(j0 + j) * OZ_GATHER_H + r];
+            v = __dmul_rn(oz_code_value(ca), oz_code_value(cb));
+            if (v > best) best = v, code = oz_g16_of(ca, cb);
+        }
+        G[(i64)i * ldg + j] = code;
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The a-posteriori test (spec.posterior) over one tile, in two launches: oz_post_level
+// raises level[0] (the double's bits: non-negative doubles order as unsigned integers)
+// to the tile's max nu / |C| over the reliable elements; oz_post_test then writes every
+// element's bound (bound non-null) and, for the elements failing the a-priori test at
+// the count (fa, fb: its factor rows), applies the a-posteriori test: out[0] += the
+// unsettled ones, whose indices (i * n_total + j as i64) go to idx while out[0] < cap,
+// out[1] += those near the overflow threshold (spec.big: never repaired).
+// Block (32, 8) per 32 x 8 elements; C (and bound) with any strides.
+struct OzElem {
+    OzPrior q;
+    double x, w;
+    int EF, ov;
+};
+
+template <class T>
+__device__ __forceinline__ OzElem oz_elem(const T *__restrict__ P, i64 ldp, const short *G, i64 ldg,
+                                          int row, int col, const double *fa, const double *qa,
+                                          const double *ra, const int *loA, const int *hiA,
+                                          const int *nA, const int *EA, const double *fb,
+                                          const double *qb, const double *rb, const int *loB,
+                                          const int *hiB, const int *nB, const int *FB, int kbits,
+                                          int with_direct) {
+    OzElem e;
+    int lo = loA[row], hi = hiA[row], lob = loB[col], hib = hiB[col];
+    e.ov = min(hi, hib) - max(lo, lob) + 1;
+    int ke = min(e.ov, min(nA[row], nB[col]));
+    double g14 = G ? oz_g16_value(G[(i64)row * ldg + col]) : 0.0;
+    e.q = oz_prior(ke, EA[row], FB[col], kbits, (double)P[(i64)row * ldp + col], g14, G != nullptr,
+                   with_direct);
+    e.EF = EA[row] + FB[col];
+    double x = oz_x(fa[row], qb[col], qa[row], fb[col]);
+    e.x = e.ov > 0 ? x : 0.0;
+    e.w = oz_x(fa[row], rb[col], ra[row], fb[col]);
+    return e;
+}
+
+#define OZ_ELEM_PARAMS                                                                           \
+    const short *__restrict__ G, i64 ldg, int rows, int cols, const double *__restrict__ fa,     \
+        const double *__restrict__ qa, const double *__restrict__ ra, const int *__restrict__ loA, \
+        const int *__restrict__ hiA, const int *__restrict__ nA, const int *__restrict__ EA,      \
+        const double *__restrict__ fb, const double *__restrict__ qb, const double *__restrict__ rb, \
+        const int *__restrict__ loB, const int *__restrict__ hiB, const int *__restrict__ nB,     \
+        const int *__restrict__ FB, int kbits, int with_direct, const double *__restrict__ C,     \
+        i64 cr, i64 cc
+#define OZ_ELEM_ARGS(P, ldp, row, col)                                                          \
+    oz_elem(P, ldp, G, ldg, row, col, fa, qa, ra, loA, hiA, nA, EA, fb, qb, rb, loB, hiB, nB, FB, \
+            kbits, with_direct)
+
+template <class T>
+__device__ __forceinline__ void oz_post_level(const T *__restrict__ P, i64 ldp, OZ_ELEM_PARAMS,
+                                              u64 *__restrict__ level) {
+    int col = blockIdx.x * 32 + threadIdx.x, row = blockIdx.y * 8 + threadIdx.y;
+    double best = 0.0;
+    if (row < rows && col < cols) {
+        OzElem e = OZ_ELEM_ARGS(P, ldp, row, col);
+        double c = fabs(C[(i64)row * cr + (i64)col * cc]);
+        double W = oz_scaled(__dmul_rn(e.w, OZ_SQRT2), e.EF - 64);
+        double nu = oz_scaled(e.q.nu, e.EF - 14);
+        if (e.q.ke >= 3 && c > ldexp(W, 2) && nu < OZ_INF) best = __ddiv_rn(nu, c);
+    }
+    for (int off = 16; off > 0; off >>= 1) best = oz_max(best, __shfl_xor_sync(0xffffffffu, best, off));
+    if (threadIdx.x == 0 && best > 0.0) atomicMax(level, (u64)__double_as_longlong(best));
+}
+
+template <class T>
+__device__ __forceinline__ void oz_post_test(const T *__restrict__ P, i64 ldp, OZ_ELEM_PARAMS,
+                                             double level, int test, double *__restrict__ bound,
+                                             i64 br, i64 bc, int r_total, int c_total, int i0,
+                                             int j0, int cap, int *__restrict__ out,
+                                             i64 *__restrict__ idx) {
+    int col = blockIdx.x * 32 + threadIdx.x, row = blockIdx.y * 8 + threadIdx.y;
+    if (row >= rows || col >= cols) return;
+    OzElem e = OZ_ELEM_ARGS(P, ldp, row, col);
+    double c = C[(i64)row * cr + (i64)col * cc];
+    double absC = fabs(c);
+    double Tb = oz_trunc_bound(e.x, e.EF);
+    double bd = oz_up(__dadd_rn(Tb, oz_round_bound(c)));
+    if (bound) bound[(i64)row * br + (i64)col * bc] = bd;
+    if (!test || oz_passes(e.q, e.x, e.w)) return;
+    double W = oz_scaled(__dmul_rn(e.w, OZ_SQRT2), e.EF - 64);
+    double nu = oz_scaled(e.q.nu, e.EF - 14);
+    double lam = G ? oz_max((double)P[(i64)row * ldp + col],
+                            oz_g16_value(G[(i64)row * ldg + col]))
+                   : (double)P[(i64)row * ldp + col];
+    double L1 = oz_max(oz_lower(lam, e.EF), oz_down(__dsub_rn(absC, bd)));
+    double kk = (double)max(e.q.ke, 1);
+    double capabs = oz_down(ldexp(oz_down(__dmul_rn(kk - 1.0, L1)), -53));
+    double own = ldexp(nu, OZ_LOG2_OWN);
+    double rel = ldexp(__dmul_rn(level, absC), OZ_LOG2_POST);
+    double allow = oz_max(own, oz_min(rel, ldexp(own, OZ_LOG2_CAP)));
+    bool ok = bd < OZ_INF && Tb <= capabs && W <= allow;
+    if (!ok) {
+        int slot = atomicAdd(out, 1);
+        if (slot < cap) idx[slot] = (i64)(i0 + row) * c_total + (j0 + col);
+        if (e.q.big) atomicAdd(out + 1, 1);     // not repairable: its dot product may overflow
+    }
+}
+
+#define OZ_POST(NAME, T)                                                                        \
+    extern "C" __global__ void __launch_bounds__(256)                                          \
+        NAME##_level(const T *__restrict__ P, i64 ldp, OZ_ELEM_PARAMS, u64 *__restrict__ level) { \
+        oz_post_level<T>(P, ldp, G, ldg, rows, cols, fa, qa, ra, loA, hiA, nA, EA, fb, qb, rb, \
+                         loB, hiB, nB, FB, kbits, with_direct, C, cr, cc, level);                            \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(256)                                          \
+        NAME##_test(const T *__restrict__ P, i64 ldp, OZ_ELEM_PARAMS, double level, int test,  \
+                    double *__restrict__ bound, i64 br, i64 bc, int r_total, int c_total,      \
+                    int i0, int j0, int cap, int *__restrict__ out, i64 *__restrict__ idx) {   \
+        oz_post_test<T>(P, ldp, G, ldg, rows, cols, fa, qa, ra, loA, hiA, nA, EA, fb, qb, rb,  \
+                        loB, hiB, nB, FB, kbits, with_direct, C, cr, cc, level, test, bound, br, bc,        \
+                        r_total, c_total, i0, j0, cap, out, idx);                               \
+    }
+OZ_POST(oz_post_i32, int)
+OZ_POST(oz_post_i64, i64)
+
+// ---------------------------------------------------------------------------------
+// Elements computed from their terms (reference/direct.py).
+
+// Direct elements (one or two terms: spec.direct_indices, spec.direct_values) of the
+// whole product, in place in C (and bound when non-null), from the caller's operands
+// (A: m x k rows, Bt: n x k rows). Block (32, 8) per 32 x 8 elements.
+extern "C" __global__ void __launch_bounds__(256)
+oz_direct(const double *__restrict__ A, i64 ars, i64 acs, const double *__restrict__ Bt,
+          i64 brs, i64 bcs, int rows, int cols, const int *__restrict__ loA,
+          const int *__restrict__ hiA, const int *__restrict__ nA, const int *__restrict__ loB,
+          const int *__restrict__ hiB, const int *__restrict__ nB, double g2,
+          double *__restrict__ C, i64 cr, i64 cc, double *__restrict__ bound, i64 br, i64 bc) {
+    int col = blockIdx.x * 32 + threadIdx.x, row = blockIdx.y * 8 + threadIdx.y;
+    if (row >= rows || col >= cols) return;
+    int lo = loA[row], hi = hiA[row], na = nA[row], lob = loB[col], hib = hiB[col], nb = nB[col];
+    int ke = oz_terms(lo, hi, na, lob, hib, nb);
+    if (ke < 1 || ke > 2) return;
+    int k1, k2;
+    if (nb <= 2) k1 = lob, k2 = hib;
+    else if (na <= 2) k1 = lo, k2 = hi;
+    else k1 = max(lo, lob), k2 = min(hi, hib);
+    bool two = k1 != k2;
+    const double *ar = A + (i64)row * ars, *br_ = Bt + (i64)col * brs;
+    double a1 = ar[(i64)k1 * acs], b1 = br_[(i64)k1 * bcs];
+    double a2 = two ? ar[(i64)k2 * acs] : 0.0, b2 = two ? br_[(i64)k2 * bcs] : 0.0;
+    double v, bd;
+    oz_direct_values(a1, b1, a2, b2, two, g2, v, bd);
+    C[(i64)row * cr + (i64)col * cc] = v;
+    if (bound) bound[(i64)row * br + (i64)col * bc] = bd;
+}
+
+// The unsettled elements idx[0 .. count) (i * cols + j) recomputed as float64 dot
+// products in index order (reference.direct.dot_in_order: s = RN(s + RN(a_k b_k)), no
+// fused multiply-add), with native's bound (spec.repair_bound) when bound is non-null,
+// from the bound GEMM's tile that starts at row i0, column j0 (P, or P64 for k beyond
+// int32: the elements listed all lie in it). One thread per element.
+extern "C" __global__ void __launch_bounds__(256)
+oz_repair(const i64 *__restrict__ idx, int count, int cols, const double *__restrict__ A,
+          i64 ars, i64 acs, const double *__restrict__ Bt, i64 brs, i64 bcs, int k,
+          const int *__restrict__ loA, const int *__restrict__ hiA, const int *__restrict__ nA,
+          const int *__restrict__ SA, const int *__restrict__ EA, const int *__restrict__ loB,
+          const int *__restrict__ hiB, const int *__restrict__ nB, const int *__restrict__ SB,
+          const int *__restrict__ FB, const int *__restrict__ P,
+          const long long *__restrict__ P64, i64 ldp, int i0, int j0,
+          double *__restrict__ C, i64 cr, i64 cc, double *__restrict__ bound, i64 br, i64 bc) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= count) return;
+    i64 e = idx[t];
+    int row = (int)(e / cols), col = (int)(e - (i64)row * cols);
+    const double *ar = A + (i64)row * ars, *b_ = Bt + (i64)col * brs;
+    double s = 0.0;
+    for (int q = 0; q < k; ++q) s = __dadd_rn(s, __dmul_rn(ar[(i64)q * acs], b_[(i64)q * bcs]));
+    C[(i64)row * cr + (i64)col * cc] = s;
+    if (bound) {
+        int ke = oz_terms(loA[row], hiA[row], nA[row], loB[col], hiB[col], nB[col]);
+        i64 o = (i64)(row - i0) * ldp + (col - j0);    // P: the tile from row i0, column j0
+        double p = P64 ? (double)P64[o] : (double)P[o];
+        double U = oz_upper_abs(p, SA[row], nA[row], SB[col], nB[col], EA[row] + FB[col]);
+        bound[(i64)row * br + (i64)col * bc] = oz_repair_bound(ke, U);
+    }
+}
