@@ -24,11 +24,11 @@ shape.
   interception suspended, counts it, and turns any failure into a counted fallback
   (the hook then calls the library's own function).
 
-Engineer's note: the engine is gaining its own device-side decision (``precision="fp64"``
-on device operands runs cuBLAS DGEMM where that is faster). :func:`emulation_pays_off`
-is the one place that asks "is the emulation faster here"; once the engine exposes its
-public decision function, this function should call it instead of
-:class:`DeviceCostModel`, so that the routing layer and the engine cannot disagree.
+:func:`emulation_pays_off` is the one place that asks "is the emulation faster here": it
+asks the CUDA engine's own device cost model (``ozaki_backend.cuda.costs``, which
+``precision="fp64"`` uses to run cuBLAS where it is faster), so that the routing layer
+and the engine cannot disagree; :class:`DeviceCostModel` supplies the FP64/INT8 rates of
+GPUs that model has no record of, and the whole estimate where the engine has none.
 
 Layer: above ``route`` (scope, counts, fallbacks) and ``routing`` (:class:`Decision`),
 below the hooks that call it. It never imports CuPy or torch at module level: the GPU
@@ -316,13 +316,39 @@ def device_cost_model(device_id: int | None = None) -> DeviceCostModel:
     return model
 
 
+def _engine_costs():
+    """The CUDA engine's own device cost model (``ozaki_backend.cuda.costs``: what
+    ``precision="fp64"`` uses to run cuBLAS where it is faster), or None where this
+    engine has none or CuPy cannot be imported."""
+    try:
+        from ..cuda import costs
+    except ImportError:
+        return None
+    ok = all(hasattr(costs, f) for f in ("rates", "native_seconds", "emulation_seconds"))
+    return costs if ok else None
+
+
+def _engine_rates(costs, own: DeviceRates) -> dict:
+    """The engine's rates for the current GPU; where it knows only the H200's (its
+    default for any GPU) and this is not an H200-class part, the FP64 and INT8 rates
+    of this GPU's architecture (:func:`rates_for`): a weak-FP64 GPU must not be
+    modelled with an H200's DGEMM."""
+    r = dict(costs.rates())
+    if r == dict(getattr(costs, "H200", {})) and tuple(own.compute_capability) != (9, 0):
+        r["fp64"], r["int8"] = own.fp64_tflops * 1e12, own.int8_tops * 1e12
+    return r
+
+
 def emulation_pays_off(m, n, k, batch, opts, *, complex_=False,
                        device_id=None) -> Estimate:
     """Whether the emulated product of ``batch`` products ``(m, k) @ (k, n)`` with
-    numerical options ``opts`` beats this GPU's native GEMM (by the margin).
+    numerical options ``opts`` is faster than this GPU's native GEMM.
 
-    The one question the routing layer asks about a device product; see the module
-    docstring for the engine-side decision this is to defer to.
+    The engine's own device cost model decides (``ozaki_backend.cuda.costs``, with its
+    margin: the routing layer and the engine cannot disagree), at the plan's expected
+    moduli count; :class:`DeviceCostModel` (with its margin) where the engine has none.
+    A complex product is modelled as two real ones per modulus against ZGEMM's four
+    real products' flops.
 
     Returns
     -------
@@ -331,7 +357,15 @@ def emulation_pays_off(m, n, k, batch, opts, *, complex_=False,
     numeric = tuple(sorted((o, v) for o, v in opts.items() if o != "workspace"))
     # The plan's expected count (ordinary data), as the host model assumes.
     n_gemms, n_mod = routing._plan_counts(k, min(m * n, CERT_SMALL), numeric)
-    return device_cost_model(device_id).estimate(m, n, k, batch, n_gemms, n_mod, complex_)
+    model = device_cost_model(device_id)
+    costs = _engine_costs()
+    if costs is None:
+        return model.estimate(m, n, k, batch, n_gemms, n_mod, complex_)
+    r = _engine_rates(costs, model.rates)
+    nat = costs.native_seconds(m, n, k, r) * batch * (4 if complex_ else 1)
+    emu = costs.emulation_seconds(m, n, k, n_mod, False, r) * batch * (2 if complex_ else 1)
+    # the engine's rule: native where native is faster by its margin
+    return Estimate(nat, emu, not nat * r.get("margin", 1.0) < emu)
 
 
 # --------------------------------------------------------------------------- decision

@@ -114,3 +114,42 @@ def test_rates_of_unknown_architectures_stay_on_the_native_side():
     assert r.int8_tops == pytest.approx(100 * 2.0 * device_routing.INT8_OTHER * 0.7 / 1e3)
     model = DeviceCostModel(r)
     assert not model.estimate(16384, 16384, 16384).routes or r.fp64_tflops < 5
+
+
+@pytest.fixture
+def engine_costs(monkeypatch):
+    """The CUDA engine's device cost model (``ozaki_backend.cuda.costs``), loaded with
+    a stand-in for CuPy and its default (H200) rates."""
+    import importlib.util
+    import sys
+    import types
+    from pathlib import Path
+
+    path = Path(device_routing.__file__).parents[1] / "cuda" / "costs.py"
+    if not path.exists():
+        pytest.skip("this engine has no device cost model")
+    monkeypatch.setitem(sys.modules, "cupy", sys.modules.get("cupy")
+                        or types.ModuleType("cupy"))
+    spec = importlib.util.spec_from_file_location("_engine_costs_under_test", path)
+    costs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(costs)
+    monkeypatch.setattr(costs, "rates", lambda: dict(costs.H200))
+    monkeypatch.setattr(device_routing, "_engine_costs", lambda: costs)
+    return costs
+
+
+def test_the_engines_own_cost_model_decides_where_it_has_one(on_device, engine_costs):
+    on_device(H200)
+    assert _decide((16384, 16384, 16384)) and _decide((8192, 8192, 8192))
+    for shape in ((4096, 4096, 4096), (16384, 1024, 16384), (2048, 2048, 2048)):
+        assert not _decide(shape), shape
+    # the same verdict as the engine's own rule for these shapes
+    d = _decide((16384, 1024, 16384))
+    assert engine_costs.native_faster(16384, 16384, 1024, 15) and not d
+
+
+def test_a_gpu_the_engines_model_has_no_rates_for_gets_its_architectures(on_device,
+                                                                          engine_costs):
+    on_device(WEAK)      # the engine would model it as an H200
+    assert _decide((2048, 2048, 2048)) and _decide((4096, 1024, 4096))
+    assert not _decide((256, 256, 256))
