@@ -730,7 +730,7 @@ __device__ __forceinline__ void oz_cert_counts(
                     add(fixed >= 0 ? -2 : 5);           // exempt: passes at every count
                     continue;
                 }
-                double g14 = G ? oz_g16_value(G[(i64)rl * ldg + col]) : 0.0;
+                double g14 = G ? oz_g16_value(G[(i64)row * ldg + col]) : 0.0;
                 OzPrior q = oz_prior(ke, e_sh[rl], Fj, kbits, (double)p[b], g14, G != nullptr,
                                      with_direct);
                 double qai = qa_sh[rl], rai = ra_sh[rl];

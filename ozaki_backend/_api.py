@@ -31,29 +31,32 @@ DECLINED = object()
 def matmul(a: NDArray[Any], b: NDArray[Any], *, precision: str = ..., bits: int | None = ...,
            moduli: int | None = ..., mode: str = ..., scheme: str = ..., engine: str = ...,
            out: NDArray[Any] | None = ..., residual: bool = ...,
-           return_bound: Literal[False] = ..., workspace: int | str | None = ...
+           return_bound: Literal[False] = ..., workspace: int | str | None = ...,
+           emulation: str | None = ...
            ) -> NDArray[Any]: ...
 @overload
 def matmul(a: NDArray[Any], b: NDArray[Any], *, precision: str = ..., bits: int | None = ...,
            moduli: int | None = ..., mode: str = ..., scheme: str = ..., engine: str = ...,
            out: NDArray[Any] | None = ..., residual: bool = ..., return_bound: Literal[True],
-           workspace: int | str | None = ...) -> tuple[NDArray[Any], NDArray[Any]]: ...
+           workspace: int | str | None = ...,
+           emulation: str | None = ...) -> tuple[NDArray[Any], NDArray[Any]]: ...
 @overload
 def matmul(a: Any, b: Any, *, precision: str = ..., bits: int | None = ...,
            moduli: int | None = ..., mode: str = ..., scheme: str = ..., engine: str = ...,
            out: Any = ..., residual: bool = ..., return_bound: Literal[True],
-           workspace: int | str | None = ...) -> tuple[Any, Any]: ...
+           workspace: int | str | None = ..., emulation: str | None = ...) -> tuple[Any, Any]: ...
 @overload
 def matmul(a: Any, b: Any, *, precision: str = ..., bits: int | None = ...,
            moduli: int | None = ..., mode: str = ..., scheme: str = ..., engine: str = ...,
            out: Any = ..., residual: bool = ..., return_bound: bool = ...,
-           workspace: int | str | None = ...) -> Any: ...
+           workspace: int | str | None = ..., emulation: str | None = ...) -> Any: ...
 
 
 def matmul(a: Any, b: Any, *, precision: str = "fp64", bits: int | None = None,
            moduli: int | None = None, mode: str = "accurate", scheme: str = "ozaki2",
            engine: str = "auto", out: Any = None, residual: bool = False,
-           return_bound: bool = False, workspace: int | str | None = None) -> Any:
+           return_bound: bool = False, workspace: int | str | None = None,
+           emulation: str | None = None) -> Any:
     """Matrix product of float64 operands computed with INT8 GEMMs (Ozaki scheme II).
 
     Same semantics as :func:`numpy.matmul`: 1-D operands are promoted and the added
@@ -101,6 +104,12 @@ def matmul(a: Any, b: Any, *, precision: str = "fp64", bits: int | None = None,
         like ``"16GiB"`` (default: ``OZAKI_BACKEND_WORKSPACE``, else 85 % of the free
         device memory, at most 16 GiB). Larger products are tiled; the bits never
         change.
+    emulation : {"performant", "eager"}, optional
+        ``"performant"`` (the default, or ``OZAKI_BACKEND_EMULATION``): on the CUDA
+        engine a ``precision="fp64"`` product that this GPU's native DGEMM runs faster
+        is computed by DGEMM (outcome ``"native (faster)"`` in :func:`stats`), and an
+        escalation stops at native as soon as it is the cheaper step; ``"eager"``:
+        always emulate (the CPU engine always does).
 
     Returns
     -------
@@ -134,7 +143,7 @@ def matmul(a: Any, b: Any, *, precision: str = "fp64", bits: int | None = None,
     """
     opts = _options.normalize(precision=precision, bits=bits, moduli=moduli, mode=mode,
                               scheme=scheme, engine=engine, residual=residual,
-                              workspace=workspace)
+                              workspace=workspace, emulation=emulation)
     if return_bound:
         if opts["scheme"] != "ozaki2":
             raise ValueError("return_bound=True needs scheme='ozaki2' (the seed scheme "

@@ -27,7 +27,7 @@ DEFAULTS = {
     "scheme": "ozaki2",
     "engine": "auto",
     "residual": False,
-    "emulation": "performant",
+    "emulation": None,           # OZAKI_BACKEND_EMULATION, else "performant"
 }
 
 

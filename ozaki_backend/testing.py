@@ -92,8 +92,9 @@ def phi_matrix(shape, phi, rng=None):
 #: The operand families of :func:`family_operands`: the ones that break per-row scaling
 #: (scaling along k, grading, wide exponent ranges) and the special values.
 FAMILIES = ("kscaled2_30", "kscaled2_300", "kscaled2_1000", "kscaled1", "graded",
-            "kscaled_graded", "phi0.5", "phi1", "phi2", "phi4", "phi6", "cancellation",
-            "subnormal", "huge", "triangular")
+            "kscaled_graded", "phi0.5", "phi1", "phi2", "phi3", "phi4", "phi6",
+            "cancellation", "subnormal", "huge", "triangular", "banded", "outliers",
+            "diagonal", "lagged")
 
 
 def family_operands(name, m, k, n, rng=None):
@@ -108,7 +109,11 @@ def family_operands(name, m, k, n, rng=None):
         by ``2^U[-60, 60]``; ``kscaled_graded`` — both; ``phi<x>`` — :func:`phi_matrix`;
         ``cancellation`` — ``B = [Y; -Y + 1e-9 Z]``; ``subnormal`` / ``huge`` — results
         near the ends of the float64 range; ``triangular`` — an upper triangular A with
-        graded rows times a lower triangular B.
+        graded rows times a lower triangular B; ``banded`` — A non-zero within 40 of its
+        scaled diagonal; ``outliers`` — three entries per row of A and column of B a
+        million times larger; ``diagonal`` — ``X @ diag(d)``, d over ten decades (one
+        term per element); ``lagged`` — differences of a random walk's columns (two
+        terms of opposite sign per element).
     m, k, n : int
     rng : numpy.random.Generator or int or None
 
@@ -142,6 +147,27 @@ def family_operands(name, m, k, n, rng=None):
         return X * 2.0 ** -540, Y * 2.0 ** -540
     if name == "huge":
         return X * 2.0 ** 500, Y * 2.0 ** 490
+    if name == "banded":
+        i, kk = np.arange(m)[:, None], np.arange(k)[None, :]
+        return np.where(np.abs(i * (k / max(m, 1)) - kk) <= 40, X, 0.0), Y
+    if name == "outliers":
+        for M in (X, Y.T):
+            idx = rng.integers(0, M.shape[1], (M.shape[0], 3))
+            np.put_along_axis(M, idx, rng.standard_normal(idx.shape) * 1e6, axis=1)
+        return X, Y
+    if name == "diagonal":
+        d = 10.0 ** rng.uniform(-5, 5, k) * rng.choice([-1.0, 1.0], k)
+        D = np.zeros((k, n))
+        j = np.arange(min(k, n))
+        D[j, j] = d[j]
+        return X, D
+    if name == "lagged":
+        W = X.cumsum(axis=1)
+        D = np.zeros((k, n))
+        j = np.arange(min(k - 1, n))
+        D[j, j] = -1.0
+        D[j + 1, j] = 1.0
+        return W, D
     if name == "triangular":
         T = np.triu(rng.standard_normal((m, k))) * np.ldexp(1.0, rng.integers(-20, 21, m))[:, None]
         return T, np.tril(Y)

@@ -762,8 +762,9 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
             if plan.adaptive:
                 _remember(key, guess, guessed=guess)
             _stats.record_moduli(guess)
-            failing = read_back[0].failing
-            outcome = CERTIFIED if plan.adaptive or failing == 0 else UNCERTIFIED
+            got = read_back[0]
+            outcome = CERTIFIED if plan.adaptive or not (got.failing or got.direct) else \
+                UNCERTIFIED
             _stats.record_certificate(outcome)
             return outcome
     elif read:
@@ -806,7 +807,8 @@ def _emulated(A, B, plan, prep, dec, out, alpha, beta, C0, bound, sym, ph, strat
                          beta=beta if fused else 0.0, C0=C0 if fused else None, ph=ph,
                          strategy=strategy)
     _stats.record_moduli(N)
-    outcome = CERTIFIED if plan.adaptive or dec.failing == 0 else UNCERTIFIED
+    outcome = CERTIFIED if plan.adaptive or not (dec.failing or dec.direct) else \
+        UNCERTIFIED
     if keep:
         res, idx, _ = certificate.posterior_into(
             prep.a, prep.b, prep.bound_matrix(), prep.btiles, prep.k, N, raw, bound=bound,

@@ -50,7 +50,8 @@ except ImportError:  # not built: `@` is not intercepted (loophook.install() war
     _c_hook = None
 
 #: Numerical keys (handed to the engine, validated by ``_options.normalize``).
-NUMERIC_KEYS = ("engine", "precision", "bits", "moduli", "mode", "scheme", "residual")
+NUMERIC_KEYS = ("engine", "precision", "bits", "moduli", "mode", "scheme", "residual",
+                "emulation")
 #: Every config key accepted by ``enabled()``, ``enable()`` and ``OZAKI_BACKEND_<KEY>``.
 CONFIG_KEYS = NUMERIC_KEYS + ("min_size", "workspace")
 

@@ -204,8 +204,7 @@ def _run(A, B, engine, mode, on_device=False):
 
 
 @pytest.mark.parametrize("mode", ["fast", "accurate"])
-@pytest.mark.parametrize("name", list(FAMILIES) + ["crossed", "diagonal", "lagged",
-                                                   "outliers"])
+@pytest.mark.parametrize("name", list(FAMILIES) + ["crossed"])
 def test_families_end_to_end_equal_cpu(name, mode):
     """Same bits, same bounds, same outcome (certified, residual pass, native) as the
     CPU engine, for NumPy and CuPy operands; the native fallback's bits are the GPU
@@ -214,19 +213,6 @@ def test_families_end_to_end_equal_cpu(name, mode):
     if name == "crossed":
         A = np.array([[1e30, 1e-30], [1e-30, 1e30]])
         B = np.array([[1e-30, 1e30], [1e30, 1e-30]])
-    elif name == "diagonal":            # every element direct: one term
-        A = rng.standard_normal((40, 300))
-        B = np.diag(np.ldexp(1.0, rng.integers(-30, 31, 300)) * rng.standard_normal(300))
-    elif name == "lagged":              # two terms per element, differences
-        A = rng.standard_normal((40, 300)).cumsum(1)
-        B = np.zeros((300, 299))
-        B[np.arange(299), np.arange(299)] = -1.0
-        B[np.arange(1, 300), np.arange(299)] = 1.0
-    elif name == "outliers":            # a few huge entries per row: a posteriori, repairs
-        A, B = rng.standard_normal((40, 300)), rng.standard_normal((300, 36))
-        for M in (A, B.T):
-            idx = rng.integers(0, M.shape[1], (M.shape[0], 3))
-            np.put_along_axis(M, idx, rng.standard_normal(idx.shape) * 1e6, axis=1)
     else:
         A, B = family_operands(name, 40, 300, 36, rng)
     C0, b0, out0 = _run(A, B, "cpu", mode)
