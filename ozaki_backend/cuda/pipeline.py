@@ -901,7 +901,7 @@ class _ReadBack:
     waiting; :meth:`wait` waits for that copy only (the work queued after it runs on)."""
 
     def __init__(self, st):
-        self._host = _pinned_status()
+        self._host = _pinned_status(st.size)
         stream = cupy.cuda.get_current_stream()
         cupy.cuda.runtime.memcpyAsync(self._host.ctypes.data, st.data.ptr, st.nbytes,
                                       _D2H, stream.ptr)
@@ -916,14 +916,17 @@ class _ReadBack:
 _D2H = 2        # cudaMemcpyDeviceToHost
 
 
-def _pinned_status():
-    """This thread's pinned int32[4] for the status read-back (allocated once)."""
-    buf = getattr(_local, "status_host", None)
+def _pinned_status(size):
+    """This thread's pinned int32 buffer of ``size`` for the status read-back (allocated
+    once per size)."""
+    bufs = getattr(_local, "status_host", None)
+    if bufs is None:
+        bufs = _local.status_host = {}
+    buf = bufs.get(size)
     if buf is None:
-        mem = cupy.cuda.alloc_pinned_memory(16)
-        buf = _local.status_host = np.frombuffer(mem, dtype=np.int32, count=4)
-        _local.status_mem = mem
-    return buf
+        mem = cupy.cuda.alloc_pinned_memory(4 * size)
+        buf = bufs[size] = (np.frombuffer(mem, dtype=np.int32, count=size), mem)
+    return buf[0]
 
 
 #: Products started with a guessed count, by how the guess turned out (all threads).
