@@ -547,7 +547,7 @@ def _fixed_product(A, B, n_moduli, mode):
 
 
 def residual_pass(prep: Prepared, n_moduli, d, C1, level):
-    """The exact residual pass (``docs/spec.md`` §10.6) on the device, as the reference's
+    """The exact residual pass (``docs/spec.md`` §10.4) on the device, as the reference's
     :func:`~ozaki_backend.reference.pipeline.residual_pass`: ``(C, bound)`` or None."""
     s, t = (x.astype(np.int64) for x in prep.shifts(n_moduli))
     S = prep.S.astype(np.int32)
@@ -787,7 +787,7 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
 def _emulated(A, B, plan, prep, dec, out, alpha, beta, C0, bound, sym, ph, strategy):
     """The integer product at the decision's count, then what the certificate asks for:
     the a-posteriori test of the elements failing a priori (their repair, else the
-    escalation), the direct elements (``docs/spec.md`` §10.3–10.6)."""
+    escalation), the direct elements (``docs/spec.md`` §10.3–10.5)."""
     m, n = out.shape
     N = dec.n_moduli
     failing = dec.failing if plan.adaptive else 0
@@ -1013,7 +1013,7 @@ def _escalate(A0, B0, plan, prep, dec, C, bound):
     ``_adaptive``, the count every element passes a priori, then the most moduli (each
     tested again), then the residual pass, then native DGEMM — with
     ``emulation="performant"`` (the default) native as soon as this GPU's DGEMM is
-    measured faster than the next step (``docs/spec.md`` §10.6). Writes the result into
+    measured faster than the next step (``docs/spec.md`` §10.4). Writes the result into
     ``C`` (and ``bound``) and returns the outcome."""
     eager = plan.options.get("emulation", "performant") == "eager"
     m, n = C.shape

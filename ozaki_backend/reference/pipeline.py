@@ -6,7 +6,7 @@ in ``crt``, so this pipeline is the oracle the CUDA engine's (``cuda/pipeline.py
 compared with bit for bit. The seed scheme has its own pipeline (``phase22.py``);
 ``engine.py`` chooses.
 
-``precision="fp64"`` (``docs/spec.md`` §10.3–10.6): the count at which at most 1/16 of
+``precision="fp64"`` (``docs/spec.md`` §10.3–10.5): the count at which at most 1/16 of
 the elements fail the a-priori test against native DGEMM's error on these data; those
 are tested a posteriori and the few still unsettled recomputed as dot products
 (``direct.py``, which also computes the elements of one or two terms); when too many
@@ -77,7 +77,7 @@ def integer_product(A, B, s, t, n_moduli, sym=False):
 
 def _fixed(A, B, st, d, plan, want_bound):
     """A fixed count (``moduli=``/``bits=``): the integer product as it is, recorded as
-    certified when every element passes the a-priori test (``docs/spec.md`` §10.7)."""
+    certified when every element passes the a-priori test (``docs/spec.md`` §10.6)."""
     N = plan.n_moduli
     s, t = scaling.shifts(st, N, plan.mode)
     C = integer_product(A, B, s, t, N, sym=st.symmetric)
@@ -98,7 +98,7 @@ def _residual_term(X, Y, mode):
 
 
 def residual_pass(A, B, st, d, pre, mode, n_moduli, C1, level):
-    """The exact residual pass (``docs/spec.md`` §10.6): ``(C, bound)``, or None when
+    """The exact residual pass (``docs/spec.md`` §10.4): ``(C, bound)``, or None when
     its certificate misses the target.
 
     With the shifts of ``n_moduli``, ``A = Ã + dA`` and ``B = B̃ + dB`` exactly
@@ -120,7 +120,7 @@ def residual_pass(A, B, st, d, pre, mode, n_moduli, C1, level):
 
 
 def _native_product(A0, B0, st, d, want_bound, why):
-    """The native float64 product, counted and warned (``docs/spec.md`` §10.6)."""
+    """The native float64 product, counted and warned (``docs/spec.md`` §10.4)."""
     warn_native(why)
     C = _native.matmul(A0, B0)
     if st.symmetric:         # NumPy's syrk is symmetric already; a copy's gemm may not be
@@ -131,7 +131,7 @@ def _native_product(A0, B0, st, d, want_bound, why):
 def _adaptive(A0, B0, A, B, plan, st, d, want_bound):
     """``precision="fp64"``: the certificate's count, the a-posteriori test of the few
     elements failing a priori, their repair, else more moduli, the residual pass, the
-    native product (``docs/spec.md`` §10.3–10.6)."""
+    native product (``docs/spec.md`` §10.3–10.5)."""
     pre = spec.prior(d)
     ch = certificate.choose_count(d, st, plan.mode, pre=pre)
     tried = set()

@@ -546,7 +546,7 @@ def direct_values(a1, b1, a2, b2, two):
 
 def add_residuals(d: CertData, pre: Prior, C1, level, run1, T1, run2, T2):
     """The residual pass's sum ``C = (C1 + R1) + R2`` with its bound, or None when the
-    target is missed (``docs/spec.md`` §10.6); for both engines and both element types.
+    target is missed (``docs/spec.md`` §10.4); for both engines and both element types.
 
     ``run1``/``run2`` compute the remainder products ``R1``/``R2`` (their truncation
     bounds are ``T1``/``T2``); they run only when ``T1 + T2`` passes with ``|C1|``

@@ -68,10 +68,7 @@ SETUP = {
 
 #: Pages whose examples are being rewritten elsewhere: their failures are reported as
 #: skips with the reason until the rewrite lands (see the changelog).
-PENDING: dict[str, str] = {
-    "docs/precision.md": "rewritten for issue 32 (its plan printout predates the "
-                         "workspace formula)",
-}
+PENDING: dict[str, str] = {}
 
 _NEEDS_GPU = ("import cupy", "dask_cuda", 'engine="cuda"', "engine='cuda'")
 _NEEDS_DASK = ("dask", "distributed")
@@ -301,7 +298,7 @@ DEVELOPMENT_PAGES = {"docs/development.md", "docs/architecture.md", "docs/intern
                      "docs/gpu-kernels.md",
                      "docs/benchmark-log.md", "docs/data/README.md"}
 #: Guide pages being rewritten elsewhere, with the tools they still name.
-TOOLS_PENDING = {"docs/precision.md": "rewritten for issue 32"}
+TOOLS_PENDING: dict[str, str] = {}
 
 
 def test_development_pages_are_the_nav_section():
