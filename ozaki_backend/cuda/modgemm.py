@@ -35,6 +35,10 @@ from ..spec.moduli import KSPLIT
 from . import loader
 from ._common import KPAD, LDC_PAD, blocks, round_up
 
+#: The INT8 GEMMs' sizes are rounded up to a multiple of this where the planes have room
+#: (:func:`products_into`; ``pipeline._product_layout`` pads the planes so).
+GEMM_PAD = 32
+
 _R_8I = 3      # cudaDataType CUDA_R_8I
 _R_32I = 10    # cudaDataType CUDA_R_32I
 _COMPUTE_32I = getattr(cublas, "CUBLAS_COMPUTE_32I", 72)
@@ -198,6 +202,12 @@ def products_into(RA, RB, C, n_moduli, rows, cols, kpad, *, strategy=None,
     if RA.strides[1:] != (kpad, 1) or RB.strides[1:] != (kpad, 1) or C.strides[2] != 4:
         raise ValueError("residue planes need contiguous rows of kpad bytes")
     ldc = C.strides[1] // 4
+    # cuBLAS's INT8 kernels slow down for sizes off their tile (8191^3 took twice
+    # 8192^3's time): where the planes have room (the pipeline's layouts pad them), the
+    # GEMMs run on sizes rounded up to GEMM_PAD. The padded rows and columns hold
+    # whatever the buffers held; they only reach padded outputs, which nothing reads.
+    grows = min(round_up(rows, GEMM_PAD), RA.shape[1], C.shape[1])
+    gcols = min(round_up(cols, GEMM_PAD), RB.shape[1], ldc)
     sa, sb, sc = RA.strides[0], RB.strides[0], C.strides[0] // 4
     strategy = strategy or gemm_strategy(rows, cols)
     fold = loader.get_function("modgemm.cu", "oz_fold_products")
@@ -210,16 +220,16 @@ def products_into(RA, RB, C, n_moduli, rows, cols, kpad, *, strategy=None,
                  (C, np.int64(sc), np.int32(rows), np.int32(cols), np.int64(ldc)))
         a0, b0 = RA.data.ptr + k0, RB.data.ptr + k0
         if strategy == "batched":
-            gemm_tn(a0, b0, C.data.ptr, rows, cols, kc, lda, ldb, ldc, accumulate=acc,
+            gemm_tn(a0, b0, C.data.ptr, grows, gcols, kc, lda, ldb, ldc, accumulate=acc,
                     batch=N, stride_a=sa, stride_b=sb, stride_c=sc, h=h)
             continue
-        cb = col_block() or cols
-        rb = row_block() or rows
+        cb = col_block() or gcols
+        rb = row_block() or grows
         for l in range(N):
-            for i0 in range(0, rows, rb):
-                ic = min(rb, rows - i0)
-                for j0 in range(0, cols, cb):
-                    jc = min(cb, cols - j0)
+            for i0 in range(0, grows, rb):
+                ic = min(rb, grows - i0)
+                for j0 in range(0, gcols, cb):
+                    jc = min(cb, gcols - j0)
                     gemm_tn(a0 + l * sa + i0 * kpad, b0 + l * sb + j0 * kpad,
                             C.data.ptr + 4 * (l * sc + i0 * ldc + j0),
                             ic, jc, kc, lda, ldb, ldc, accumulate=acc, h=h)

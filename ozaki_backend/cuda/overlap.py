@@ -177,8 +177,12 @@ def product_into(A, Bt, S, s, t, RA, RB, C, out, n_moduli, kpad, block, *,
                 with gemm_s:
                     gemm_s.wait_event(ready["a", i0])
                     gemm_s.wait_event(ready["b", j0])
-                    modgemm.products_into(RA[:, i0:i1], RB[:, j0:j1],
-                                          C[:, i0:i1, j0:j1], N, i1 - i0, j1 - j0, kpad,
+                    # the last block along a side reaches into the planes' padding
+                    # (modgemm.GEMM_PAD: aligned GEMM sizes; the rows there unread)
+                    ie = RA.shape[1] if i1 == m else i1
+                    je = RB.shape[1] if j1 == n else j1
+                    modgemm.products_into(RA[:, i0:ie], RB[:, j0:je],
+                                          C[:, i0:ie, j0:je], N, i1 - i0, j1 - j0, kpad,
                                           strategy="loop")
                     done = gemm_s.record()
                 if idx + 1 < len(tiles):

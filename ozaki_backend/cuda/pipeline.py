@@ -160,9 +160,13 @@ def _product_layout(tm, tn, kpad, N, path="cublas"):
     Cached (a layout is never changed after it is made; the tile search and every
     product of a shape ask again)."""
     prod = Workspace()
-    prod.need("RA", (N, tm, kpad), np.int8)
-    prod.need("RB", (N, tn, kpad), np.int8)
-    prod.need("C", (N, tm, round_up(tn, 16)), np.uint8 if path == "wgmma" else np.int32)
+    # The cuBLAS path's planes hold rows up to a multiple of GEMM_PAD: its GEMMs then run
+    # on aligned sizes (modgemm.products_into), the extra rows never read back.
+    pm, pn = (tm, tn) if path == "wgmma" else (round_up(tm, modgemm.GEMM_PAD),
+                                               round_up(tn, modgemm.GEMM_PAD))
+    prod.need("RA", (N, pm, kpad), np.int8)
+    prod.need("RB", (N, pn, kpad), np.int8)
+    prod.need("C", (N, pm, round_up(pn, 16)), np.uint8 if path == "wgmma" else np.int32)
     return prod
 
 
