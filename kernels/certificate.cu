@@ -304,10 +304,12 @@ oz_direct(const double *__restrict__ A, i64 ars, i64 acs, const double *__restri
 }
 
 // The unsettled elements idx[0 .. count) (i * cols + j) recomputed as float64 dot
-// products in index order (reference.direct.dot_in_order: s = RN(s + RN(a_k b_k)), no
-// fused multiply-add), with native's bound (spec.repair_bound) when bound is non-null,
-// from the bound GEMM's tile that starts at row i0, column j0 (P, or P64 for k beyond
-// int32: the elements listed all lie in it). One thread per element.
+// products in reference.direct.dot_in_order's order: one warp per element, lane l sums the
+// terms k = l, l + 32, ... (s = RN(s + RN(a_k b_k)), no fused multiply-add), then the
+// lanes meet pairwise (s_l = RN(s_l + s_{l+h}), h = 16 .. 1); with the bound of
+// spec.repair_bound when bound is non-null, from the bound GEMM's tile that starts at row
+// i0, column j0 (P, or P64 for k beyond int32: the elements listed all lie in it).
+// Block (32, 8): eight elements per block.
 extern "C" __global__ void __launch_bounds__(256)
 oz_repair(const i64 *__restrict__ idx, int count, int cols, const double *__restrict__ A,
           i64 ars, i64 acs, const double *__restrict__ Bt, i64 brs, i64 bcs, int k,
@@ -317,19 +319,26 @@ oz_repair(const i64 *__restrict__ idx, int count, int cols, const double *__rest
           const int *__restrict__ FB, const int *__restrict__ P,
           const long long *__restrict__ P64, i64 ldp, int i0, int j0,
           double *__restrict__ C, i64 cr, i64 cc, double *__restrict__ bound, i64 br, i64 bc) {
-    int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= count) return;
+    int t = blockIdx.x * 8 + threadIdx.y;
+    if (t >= count) return;                      // a whole warp leaves together
     i64 e = idx[t];
     int row = (int)(e / cols), col = (int)(e - (i64)row * cols);
     const double *ar = A + (i64)row * ars, *b_ = Bt + (i64)col * brs;
     double s = 0.0;
-    for (int q = 0; q < k; ++q) s = __dadd_rn(s, __dmul_rn(ar[(i64)q * acs], b_[(i64)q * bcs]));
+    for (int q = threadIdx.x; q < k; q += 32)
+        s = __dadd_rn(s, __dmul_rn(ar[(i64)q * acs], b_[(i64)q * bcs]));
+    for (int h = 16; h > 0; h >>= 1) {
+        double o = __shfl_down_sync(0xffffffffu, s, h);
+        if (threadIdx.x < h) s = __dadd_rn(s, o);
+    }
+    if (threadIdx.x != 0) return;
     C[(i64)row * cr + (i64)col * cc] = s;
     if (bound) {
         int ke = oz_terms(loA[row], hiA[row], nA[row], loB[col], hiB[col], nB[col]);
         i64 o = (i64)(row - i0) * ldp + (col - j0);    // P: the tile from row i0, column j0
         double p = P64 ? (double)P64[o] : (double)P[o];
         double U = oz_upper_abs(p, SA[row], nA[row], SB[col], nB[col], EA[row] + FB[col]);
-        bound[(i64)row * br + (i64)col * bc] = oz_repair_bound(ke, U);
+        int h = min(max(ke, 0), (k + 31) / 32) + 6;
+        bound[(i64)row * br + (i64)col * bc] = oz_repair_bound(h, U);
     }
 }

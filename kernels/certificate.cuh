@@ -137,9 +137,9 @@ __device__ __forceinline__ double oz_gamma(int n) {
     return oz_up(__ddiv_rn(oz_up(nu), oz_down(__dsub_rn(1.0, nu))));
 }
 
-// spec.native_bound with the element's terms (spec.repair_bound).
-__device__ __forceinline__ double oz_repair_bound(int ke, double Uabs) {
-    int n = max(ke, 0);
+// spec.repair_bound: gamma_h U + h eta with h roundings per term, rounded up.
+__device__ __forceinline__ double oz_repair_bound(int h, double Uabs) {
+    int n = max(h, 0);
     return oz_up(__dadd_rn(oz_up(__dmul_rn(oz_gamma(n), Uabs)), __dmul_rn((double)n, OZ_ETA)));
 }
 

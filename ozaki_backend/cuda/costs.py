@@ -30,15 +30,16 @@ from importlib import resources
 
 import cupy
 
-#: The H200's measured rates (docs/performance.md): the default for unknown GPUs of
-#: the same generation, and the shape of a rates record.
+#: The H200's measured rates (scripts/device_rates.py timings, fitted over 1024^3 ..
+#: 16384^3 and short reductions): the default for unknown GPUs of the same generation,
+#: and the shape of a rates record.
 H200 = {
-    "fp64": 56.5e12,          # cuBLAS DGEMM, large square
+    "fp64": 54.5e12,          # cuBLAS DGEMM, large square
     "int8": 1.40e15,          # cublasGemmEx INT8 -> INT32, large square
-    "int8_k_half": 160,       # k at which an INT8 GEMM runs at half its rate
+    "int8_k_half": 660,       # k at which an INT8 GEMM runs at half its rate
     "bandwidth": 3.6e12,      # the memory passes' achieved bytes per second
     "crt_bytes": 10.0,        # the CRT pass's cost per element and modulus, in bytes
-    "fixed": 120e-6,          # host time of the emulation's launches
+    "fixed": 330e-6,          # the emulation's launches and its one read-back
     "native_fixed": 12e-6,    # host time of one DGEMM call
     "margin": 1.0,            # native when it is faster by this factor
 }

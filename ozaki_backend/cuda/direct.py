@@ -42,7 +42,8 @@ def direct_into(A, Bt, a: Side, b: Side, C, bound=None):
 
 def repair_into(A, Bt, a: Side, b: Side, bm: BoundMatrix, tiles, idx, count, C, bound=None):
     """Recompute the ``count`` elements listed in ``idx`` (int64 ``i n + j``, device) as
-    float64 dot products in index order, with native's bound (``bound``)."""
+    float64 dot products in the reference's order (one warp each), with their bound
+    (``bound``)."""
     m, n = C.shape
     if not count:
         return
@@ -60,7 +61,7 @@ def repair_into(A, Bt, a: Side, b: Side, bm: BoundMatrix, tiles, idx, count, C, 
             continue
         P = bm.tile(i0, i1, j0, j1)
         wide = P.dtype == np.int64
-        fn((-(-c // 256),), (256,),
+        fn((-(-c // 8),), (32, 8),
            (sel, np.int32(c), np.int32(n), Ar, ars, acs, Br, brs, bcs, np.int32(k),
             a.lo, a.hi, a.n, a.SA, a.E, b.lo, b.hi, b.n, b.SA, b.E,
             None if wide else P, P if wide else None, np.int64(P.shape[1]),

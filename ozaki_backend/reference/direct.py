@@ -8,8 +8,8 @@ Two kinds of element bypass the integer product:
   :func:`~ozaki_backend.spec.certificate.direct_values` — exact up to the one final
   rounding, where native DGEMM is exact too (a Sterbenz difference) or close to it;
 * **repaired** elements, the few the a-posteriori test leaves unsettled: a float64 dot
-  product in index order (round to nearest, no fused multiply-add), whose error is
-  native DGEMM's own ``gamma_k``.
+  product in a fixed blocked order (:func:`dot_in_order`; round to nearest, no fused
+  multiply-add), within native DGEMM's own kind of bound.
 
 Both read the caller's operands (equilibration does not change a product ``a b``), and
 both are the same operations in ``kernels/certificate.cu``, so the engines agree bit for
@@ -44,20 +44,32 @@ def direct_into(C, bound, A, B, d: spec.CertData, ke):
     return count
 
 
+#: Lanes of the repaired elements' dot products (``kernels/certificate.cu`` ``oz_repair``:
+#: one warp per element).
+LANES = 32
+
+
 def dot_in_order(A, B, rows, cols):
-    """``RN`` dot products of rows ``rows`` of A with columns ``cols`` of B in index
-    order: ``s = RN(s + RN(a_k b_k))`` for ``k = 0 .. k-1`` (what the CUDA kernel does,
-    one thread per element)."""
-    s = np.zeros(len(rows))
+    """``RN`` dot products of rows ``rows`` of A with columns ``cols`` of B in a fixed
+    order (what the CUDA kernel does, one warp per element): lane ``l`` sums the terms
+    ``k = l, l + 32, ...`` in that order (``s = RN(s + RN(a_k b_k))``), then the lanes
+    meet pairwise, ``s_l = RN(s_l + s_{l + h})`` for ``h = 16, 8, 4, 2, 1``."""
+    k = A.shape[1]
+    s = np.zeros((len(rows), LANES))
     with np.errstate(over="ignore", invalid="ignore"):
-        for k in range(A.shape[1]):
-            s = s + A[rows, k] * B[k, cols]
-    return s
+        for k0 in range(0, k, LANES):
+            w = min(LANES, k - k0)
+            s[:, :w] = s[:, :w] + A[rows, k0:k0 + w] * B[k0:k0 + w][:, cols].T
+        h = LANES // 2
+        while h:
+            s[:, :h] = s[:, :h] + s[:, h:2 * h]
+            h //= 2
+    return s[:, 0]
 
 
 def repair_into(C, bound, A, B, d: spec.CertData, ke, unsettled):
-    """Recompute the ``unsettled`` elements of ``C`` as float64 dot products in index
-    order, with native's bound (``bound``, when given)."""
+    """Recompute the ``unsettled`` elements of ``C`` as float64 dot products
+    (:func:`dot_in_order`), with their bound (``bound``, when given)."""
     i, j = np.nonzero(unsettled)
     if not len(i):
         return 0

@@ -399,9 +399,14 @@ def native_bound(d: CertData, ke=None):
 
 
 def repair_bound(d: CertData, ke):
-    """The bound of an element recomputed as a float64 dot product in index order
-    (round to nearest, no fused multiply-add): native's own ``gamma_{k_ij}``."""
-    return native_bound(d, ke)
+    """The bound of an element recomputed as a float64 dot product by 32 lanes
+    (``reference/direct.py`` ``dot_in_order``): a term goes through at most
+    ``h = min(k_ij, ceil(k / 32)) + 6`` roundings (its product, its lane's sums, the five
+    pairwise sums), so ``gamma_h (|A||B|)_ij + h eta`` bounds the error, rounded up."""
+    xp = _xp(d.P)
+    h = xp.minimum(xp.maximum(ke, 0), -(-int(d.k) // 32)) + 6
+    with np.errstate(over="ignore"):
+        return up(up(gamma(h) * upper_product(d)) + h.astype(np.float64) * ETA)
 
 
 # --------------------------------------------------------------------- a posteriori
