@@ -28,6 +28,11 @@ def reason_key(reason: str) -> str:
     return reason.split(" (", 1)[0]
 
 
+#: The certificate outcome of a product the CUDA engine gave to cuBLAS's DGEMM because
+#: this GPU runs it faster (``cuda/costs.py``): counted as native, not as a fallback.
+NATIVE_BY_CHOICE = "native (faster)"
+
+
 def computed_natively(certificate_outcome: str) -> bool:
     """Whether a certificate outcome (:func:`record_certificate`) means the product was
     computed by the native float64 GEMM: every outcome named ``"native ..."``
@@ -54,7 +59,11 @@ def record(outcome: str, reason: str, *, seconds: float = 0.0, detail: str | Non
     <outcome>"``, with ``reason`` (the engine) as its detail: it was computed natively,
     whatever engine it was handed to."""
     native_outcome = _last.__dict__.pop("native_outcome", None)
-    if outcome == "routed" and native_outcome is not None:
+    if outcome == "routed" and native_outcome == NATIVE_BY_CHOICE:
+        # the GPU's DGEMM was measured faster for this product: a decision, not a miss
+        outcome, detail = "native", reason if detail is None else detail
+        reason = "device DGEMM faster"
+    elif outcome == "routed" and native_outcome is not None:
         outcome, detail = "fallback", reason if detail is None else detail
         reason = f"certificate: {native_outcome}"
     if outcome == "native":

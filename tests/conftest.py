@@ -17,6 +17,16 @@ def _gpu_reason():
     return None if ok else why
 
 
+def pytest_configure(config):
+    """The GPU tests compare the CUDA engine's bits with the CPU reference's: the
+    emulation runs even where this GPU's native DGEMM is faster (``emulation="eager"``;
+    set before anything reads it, the process default of ``enabled()`` included). A test
+    of that choice passes ``emulation="performant"`` itself."""
+    import os
+
+    os.environ.setdefault("OZAKI_BACKEND_EMULATION", "eager")
+
+
 def pytest_collection_modifyitems(config, items):
     gpu_items = [it for it in items if "gpu" in it.keywords]
     if not gpu_items:
@@ -40,16 +50,6 @@ def _clean_dispatch(check_hook):
     assert config._STATE.get() is None, "a scope leaked out of the test"
     if check_hook:
         assert loophook.state()[0] == 0, "the C hook still counts an active scope"
-
-
-@pytest.fixture(autouse=True)
-def _eager_emulation_on_the_gpu(request, monkeypatch):
-    """GPU tests compare the CUDA engine's bits with the CPU reference's: the emulation
-    runs even where this GPU's native DGEMM is faster (``emulation="eager"``), unless a
-    test is about that choice (marked ``performant``)."""
-    if "gpu" in request.keywords and "performant" not in request.keywords:
-        monkeypatch.setenv("OZAKI_BACKEND_EMULATION", "eager")
-    yield
 
 
 @pytest.fixture

@@ -79,6 +79,10 @@ _starts = {}        # start_index per (k, elements, table): every product asks t
 
 # --------------------------------------------------------------------------- gathers
 
+#: Rows per block of the gathers' passes over an operand read block by block.
+_BLOCK_ROWS = 2048
+
+
 class Gathers:
     """The gathers of one product (``docs/spec.md`` §10.2): each side's top entries and
     their codes, each side's codes transposed, and the per-tile int16 lower bounds
@@ -98,14 +102,19 @@ class Gathers:
         H = cupy.zeros((rows, GATHER_H), dtype=np.int32)
         Ct = cupy.full((rows, GATHER_H), spec.CODE_ZERO, dtype=np.int8)
         Ck = cupy.empty((cols, rows), dtype=np.int8)
-        if rows and cols:
-            Xr, rs, cs, rf = as_rows(X)
-            _fn("oz_top_entries")((-(-rows // 8),), (32, 8),
-                                  (Xr, rs, cs, np.int32(rows), np.int32(cols), S,
-                                   np.int32(side.ks), side.E, np.int32(self.h), H, Ct))
-            _fn("oz_codes_t")((-(-cols // 64), -(-rows // 32)), (256,),
-                              (Xr, rs, cs, np.int32(rows), np.int32(cols), rf, S,
-                               np.int32(side.ks), side.E, Ck, np.int64(rows)))
+        # An operand read block by block (out of core: each slice uploads its rows).
+        step = rows if isinstance(X, cupy.ndarray) else _BLOCK_ROWS
+        for i0 in range(0, rows if cols else 0, max(step, 1)):
+            i1 = min(rows, i0 + step)
+            Xr, rs, cs, rf = as_rows(X if step == rows else X[i0:i1])
+            r = np.int32(i1 - i0)
+            _fn("oz_top_entries")((-(-(i1 - i0) // 8),), (32, 8),
+                                  (Xr, rs, cs, r, np.int32(cols), S, np.int32(side.ks),
+                                   span(side.E, i0, i1), np.int32(self.h), H[i0:i1],
+                                   Ct[i0:i1]))
+            _fn("oz_codes_t")((-(-cols // 64), -(-(i1 - i0) // 32)), (256,),
+                              (Xr, rs, cs, r, np.int32(cols), rf, S, np.int32(side.ks),
+                               span(side.E, i0, i1), Ck[:, i0:], np.int64(rows)))
         return H, Ct, Ck
 
     def tile(self, i0, i1, j0, j1):

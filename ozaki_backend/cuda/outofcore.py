@@ -144,11 +144,11 @@ def _attempt(a, b, plan, out, check_finite, phases):
                 return None
             dec = prep.count(host, None if plan.adaptive else plan.n_moduli)
             if plan.adaptive:
-                if dec.failing or dec.direct or prep.gathers is not None:
-                    # The a-posteriori test, the direct elements and the gathers need
-                    # the whole result or operands on the device.
-                    warn_native("out of core, the product needs the a-posteriori test, "
-                                "direct elements or the gathers on the whole result")
+                if dec.failing or dec.direct:
+                    # The a-posteriori test and the direct elements need the whole
+                    # result on the device.
+                    warn_native("out of core, the product needs the a-posteriori test "
+                                "or direct elements on the whole result")
                     _stats.record_certificate(pipeline.NATIVE)
                     return None
                 N, outcome = dec.n_moduli, pipeline.CERTIFIED

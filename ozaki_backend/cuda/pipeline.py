@@ -692,10 +692,7 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
     if plan.adaptive and bound is None and _native_at_any_count(plan, m, n, k):
         # This GPU's DGEMM beats the emulation even at the fewest moduli ordinary data
         # could take: no statistics, no count (4096^3 and short reductions on the H200).
-        C = cupy.matmul(A, B)
-        if sym:
-            _symmetrize(C)
-        out[...] = apply_alpha_beta(C, alpha, beta, C0)
+        _native_into(A, B, out, alpha, beta, C0, sym)
         _stats.record_certificate(NATIVE_FASTER)
         return NATIVE_FASTER
     read = plan.adaptive or check_finite
@@ -892,12 +889,21 @@ def _cheaper_native(A, B, prep, out, alpha, beta, C0, bound, sym):
     definition (its bound is every DGEMM's), counted as ``native (faster)``."""
     if bound is not None:
         bound[...] = spec.native_bound(prep.data())
+    _native_into(A, B, out, alpha, beta, C0, sym)
+    _stats.record_certificate(NATIVE_FASTER)
+    return NATIVE_FASTER
+
+
+def _native_into(A, B, out, alpha, beta, C0, sym):
+    """``out = alpha A B + beta C0`` by cuBLAS's DGEMM (straight into ``out`` when it
+    can take it: no alpha/beta, not symmetric, C-contiguous)."""
+    if alpha == 1.0 and beta == 0.0 and not sym and out.flags.c_contiguous:
+        cupy.matmul(A, B, out=out)
+        return
     C = cupy.matmul(A, B)
     if sym:
         _symmetrize(C)
     out[...] = apply_alpha_beta(C, alpha, beta, C0)
-    _stats.record_certificate(NATIVE_FASTER)
-    return NATIVE_FASTER
 
 
 def _read_count(prep, host, plan, check_finite):

@@ -56,7 +56,7 @@ _FALSE = ("", "0", "false", "no", "off")
 _TRUE = ("1", "true", "yes", "on")
 _TRUTH = "1/0, true/false, yes/no or on/off (any case)"
 #: Config keys whose value is one of a few words: compared case-insensitively.
-_WORD_KEYS = ("engine", "precision", "mode", "scheme")
+_WORD_KEYS = ("engine", "precision", "mode", "scheme", "emulation")
 
 
 def switch(environ=None) -> tuple[bool, str | None]:
