@@ -65,7 +65,8 @@ def install() -> None:
             return
         loophook.install()
         _install_wrappers()
-        cupy_hook.install()
+        if cupy_hook.opted_in():
+            cupy_hook.install()
         torch_hook.install()
         _installed = True
 
