@@ -68,22 +68,10 @@ def _errors_cpu(C, E):
     return float(r.max()) if r.size else 0.0
 
 
-def _timer(xp, reps):
-    import cupy
+def _timer(reps):
+    from ozaki_backend.provenance import median_device_time
 
-    def t(f):
-        for _ in range(3):
-            f()
-        ts = []
-        for _ in range(reps):
-            a, b = cupy.cuda.Event(), cupy.cuda.Event()
-            a.record()
-            f()
-            b.record()
-            b.synchronize()
-            ts.append(cupy.cuda.get_elapsed_time(a, b) / 1e3)
-        return float(np.median(ts))
-    return t
+    return lambda f: median_device_time(f, reps, warmup=3)
 
 
 def measure(shape, fam, seed, engine, time_it, reps):
@@ -130,7 +118,7 @@ def measure(shape, fam, seed, engine, time_it, reps):
            "needed": needed, "chosen": chosen, "outcome": outcome, "ours": ours,
            "bound_held": held(C, bound), "fixed": errs}
     if time_it and xp is not np:
-        t = _timer(xp, reps)
+        t = _timer(reps)
         out = xp.empty((m, n))
         row["t_native"] = t(lambda: xp.matmul(A, B, out=out))
         row["t_ours"] = t(lambda: ob.matmul(A, B, out=out, engine="cuda"))

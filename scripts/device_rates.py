@@ -21,6 +21,7 @@ import numpy as np
 
 import ozaki_backend as ob
 from ozaki_backend.cuda import costs
+from ozaki_backend.provenance import median_device_time
 from ozaki_backend.spec.rules import native_growth
 from ozaki_backend.testing import sampled_rows_reference
 
@@ -30,17 +31,7 @@ SHAPES = ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 819
 
 
 def _time(f, reps=7):
-    for _ in range(3):
-        f()
-    ts = []
-    for _ in range(reps):
-        a, b = cupy.cuda.Event(), cupy.cuda.Event()
-        a.record()
-        f()
-        b.record()
-        b.synchronize()
-        ts.append(cupy.cuda.get_elapsed_time(a, b) / 1e3)
-    return float(np.median(ts))
+    return median_device_time(f, reps, warmup=3)
 
 
 def _shape_rows(rng, m, k, n, r):

@@ -262,13 +262,10 @@ def _complex_2d(A0, B0, plan, want_bound):
         if post is None or not post.unsettled.any():
             b = _part_bound(spec.result_bound(d, s, t, C2)) if want_bound else None
             return ComplexProduct(compose(re, im), b, N, CERTIFIED)
-        if ch.all_pass is not None and ch.all_pass not in tried:
-            N = ch.all_pass
-            continue
-        if MAX_COMPLEX_MODULI not in tried:
-            N = MAX_COMPLEX_MODULI
-            continue
-        break
+        N2 = spec.next_count(ch, tried, MAX_COMPLEX_MODULI)
+        if N2 is None:
+            break
+        N = N2
     rp = residual_pass((Ar, Ai, Br, Bi), st, plan.mode, N, C2, post.level)
     if rp is not None:
         C2, b2 = rp

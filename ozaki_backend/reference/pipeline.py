@@ -153,11 +153,9 @@ def _adaptive(A0, B0, A, B, plan, st, d, want_bound):
             return _finish(C, bound, A0, B0, d, pre, st, N, CERTIFIED, un if n_un else None)
         # Too many unsettled elements: the count every element passes a priori, else
         # the most moduli (tested again), else the residual pass, else native.
-        if ch.all_pass is not None and ch.all_pass not in tried:
-            N = ch.all_pass
-            continue
-        if MAX_MODULI not in tried:
-            N = MAX_MODULI
+        N2 = spec.next_count(ch, tried, MAX_MODULI)
+        if N2 is not None:
+            N = N2
             continue
         rp = residual_pass(A, B, st, d, pre, plan.mode, N, C, post.level)
         if rp is not None:

@@ -273,6 +273,15 @@ class Choice(NamedTuple):
     all_pass: int | None
 
 
+def next_count(choice: "Choice", tried, most: int):
+    """The escalation's next count (``docs/spec.md`` §10.4): the fewest every element
+    passes a priori, then the table's most; None when both were tried."""
+    for N in (choice.all_pass, most):
+        if N is not None and N not in tried:
+            return N
+    return None
+
+
 def fails_at(hist, none, c):
     """Elements failing the a-priori test at count ``c`` from the histogram of per-element
     counts (``hist[N]``: elements whose fewest count is ``N``; ``none``: no count)."""
