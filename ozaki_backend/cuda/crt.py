@@ -24,7 +24,8 @@ from ._prelude import crt_prelude as prelude
 
 
 #: Use ``oz_crt2`` (two columns per thread) where the planes allow it; the same bits
-#: either way (scripts/crt_pairs.py times both and checks that).
+#: either way (tests/cuda check the bits; the timing is in docs/benchmark-log.md, from a
+#: probe retired at 40a9fc4).
 PAIRS = True
 
 
