@@ -29,7 +29,7 @@ DESCRIPTIONS = {"run": RUN_DESCRIPTION, "info": INFO_DESCRIPTION}
 _ENGINES = ("auto", "cpu", "cuda")
 #: ``run`` options that take a value (the program's own arguments start after them).
 _RUN_VALUE_OPTS = ("--engine", "--precision", "--bits", "--moduli", "--mode", "--scheme",
-                   "--min-size", "--workspace", "--log")
+                   "--emulation", "--min-size", "--workspace", "--log")
 
 
 def _min_size(text):
@@ -57,6 +57,9 @@ def add_run_arguments(ap: argparse.ArgumentParser) -> None:
                     help="scaling rule (default accurate)")
     ap.add_argument("--scheme", type=str.lower, choices=("ozaki2", "phase22"),
                     help="emulation scheme (default ozaki2)")
+    ap.add_argument("--emulation", type=str.lower, choices=("performant", "eager"),
+                    help="CUDA engine: performant (default) takes the GPU's DGEMM where "
+                         "it is cheaper than the emulation; eager always emulates")
     ap.add_argument("--residual", action="store_const", const=True, default=None,
                     help="phase22 only: add the seed's FP64 correction of the tails")
     ap.add_argument("--min-size", type=_min_size, metavar="N|auto",
@@ -162,7 +165,7 @@ def run(args, parser=None) -> int:
     if kind == "script" and not os.path.exists(target):
         return usage_error(f"can't open file {target!r}")
     over = {k: getattr(args, k) for k in ("engine", "precision", "bits", "moduli", "mode",
-                                          "scheme", "residual", "workspace")
+                                          "scheme", "emulation", "residual", "workspace")
             if getattr(args, k) is not None}
     if args.min_size is not None:
         over["min_size"] = None if args.min_size == "auto" else args.min_size

@@ -259,6 +259,23 @@ def test_run_command_usage_errors(capsys, monkeypatch):
     assert not config.current().enabled   # nothing was enabled by the failed runs
 
 
+def test_every_run_option_that_takes_a_value_is_known_to_the_argv_split():
+    # The split decides where the program's own arguments start; an option it thought
+    # a flag would take its value for the script ("nothing to run").
+    import argparse
+
+    from ozaki_backend.dispatch import cli
+
+    ap = argparse.ArgumentParser()
+    cli.add_run_arguments(ap)
+    valued = {s for a in ap._actions if a.nargs != 0 and a.option_strings
+              for s in a.option_strings} - {"-m", "-c"}   # those two end run's own
+    assert valued == set(cli._RUN_VALUE_OPTS)
+    for opt in sorted(valued):
+        own, rest = cli.split_run_argv([opt, "v", "-c", "pass", "x"])
+        assert own == [opt, "v", "-c", "pass"] and rest == ["x"], opt
+
+
 def test_info_command(capsys, monkeypatch):
     from ozaki_backend.dispatch import cli
 

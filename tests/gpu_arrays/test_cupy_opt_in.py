@@ -1,0 +1,34 @@
+"""The CuPy interception is opt-in (``OZAKI_BACKEND_CUPY``): without it the first
+scope installs no hook and does not even watch for CuPy's cuBLAS module, so CuPy code
+runs untouched; with it the hook waits for that module. Each case runs in a fresh
+process, since installing is once per process."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+CODE = """
+from ozaki_backend.dispatch import cupy_hook, patches
+patches.install()
+print(cupy_hook._watcher is not None or cupy_hook.installed())
+"""
+
+
+def _hooked(value):
+    env = {k: v for k, v in os.environ.items() if k != "OZAKI_BACKEND_CUPY"}
+    if value is not None:
+        env["OZAKI_BACKEND_CUPY"] = value
+    res = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip().splitlines()[-1] == "True"
+
+
+@pytest.mark.parametrize("value, hooked", [
+    (None, False), ("", False), ("0", False), ("no", False),
+    ("1", True), ("true", True), ("ON", True), (" yes ", True),
+])
+def test_the_cupy_hook_is_installed_only_when_asked_for(value, hooked):
+    assert _hooked(value) is hooked
