@@ -41,11 +41,26 @@ def _operands(cupy, dtype, *shapes, seed=0):
     return out
 
 
+def _bits_equal(got, want) -> bool:
+    import cupy
+
+    g, w = cupy.asnumpy(got), cupy.asnumpy(want)
+    return (g.dtype == w.dtype and g.shape == w.shape
+            and np.array_equal(np.ascontiguousarray(g).view(np.uint8),
+                               np.ascontiguousarray(w).view(np.uint8)))
+
+
 @pytest.mark.parametrize("dtype", ["float64", "complex128"])
 def test_every_entry_point_is_routed_with_the_explicit_calls_bits(cupy, gpu_dispatch,
                                                                    dtype):
+    """Each routed cuBLAS call has the bits of ``ozaki_backend.matmul`` on the operands
+    CuPy handed cuBLAS. A CuPy routine may hand it ``C^T = B^T A^T`` instead of ``A B``
+    (its result is then a transposed view), and the accurate scaling splits the bits
+    of each product rows first (``sigma`` before ``tau``, spec §2, accurate mode), so the two
+    orientations can differ in the last bit: each entry point's result has the bits of
+    one of them."""
     a, b, sa, sb = _operands(cupy, dtype, (300, 200), (200, 120), (3, 64, 48), (3, 48, 40))
-    with ob.enabled(**ROUTE_ALL):
+    with device_routing.recording() as calls, ob.enabled(**ROUTE_ALL):
         got = {"@": a @ b, "matmul": cupy.matmul(a, b), "dot": cupy.dot(a, b),
                "ndarray.dot": a.dot(b), "tensordot": cupy.tensordot(a, b, axes=1),
                "inner": cupy.inner(a, cupy.ascontiguousarray(b.T)),
@@ -53,21 +68,28 @@ def test_every_entry_point_is_routed_with_the_explicit_calls_bits(cupy, gpu_disp
                "transposed": cupy.asfortranarray(a) @ b.T.copy().T}
         stacked = sa @ sb
     assert cupy_hook.installed()
-    want = ob.matmul(a, b)
-    for name, r in got.items():
-        same_bits(r, want)
-    same_bits(stacked, ob.matmul(sa, sb))
     by_entry = ob.stats()["routed_by_entry"]
     # einsum may issue its product as a stack of one: either function
     assert sum(by_entry.values()) == len(got) + 1, by_entry
     assert by_entry.get("CuPy gemmEx", 0) >= len(got) - 1, by_entry
     assert by_entry.get("CuPy gemmStridedBatchedEx", 0) >= 1, by_entry
+    assert len(calls) == len(got) + 1
+    for c in calls:
+        same_bits(c.result, ob.matmul(c.x, c.y))
+    want, want_t = ob.matmul(a, b), ob.matmul(b.T, a.T).T
+    for name, r in got.items():
+        assert _bits_equal(r, want) or _bits_equal(r, want_t), name
+    assert (_bits_equal(stacked, ob.matmul(sa, sb))
+            or _bits_equal(stacked, ob.matmul(sb.transpose(0, 2, 1),
+                                              sa.transpose(0, 2, 1)).transpose(0, 2, 1)))
 
 
 def test_cupy_cublas_gemm_with_alpha_beta_and_transposes(cupy, gpu_dispatch):
     a, b, c = _operands(cupy, "float64", (200, 150), (90, 200), (150, 90))
     c0 = cupy.asfortranarray(c)
     out = c0.copy(order="F")
+    import cupy.cublas     # a submodule `import cupy` does not load
+
     with ob.enabled(**ROUTE_ALL):
         cupy.cublas.gemm("T", "T", a, b, out=out, alpha=2.0, beta=0.5)
     assert ob.stats()["routed_by_entry"].get("CuPy dgemm") == 1
@@ -149,8 +171,20 @@ def test_a_block_conjugate_gradient_loop_is_switched_over(cupy, gpu_dispatch):
     routed = ob.stats()["routed"]
     assert routed == 1 + 8 * iters                   # every product of the loop
     same_bits(X, block_cg(A, B, iters, mm=ob.matmul))
-    residual = float(cupy.linalg.norm(A @ X - B) / cupy.linalg.norm(B))
-    assert residual < 1e-6
+    with ob.disabled():
+        native = block_cg(A, B, iters)
+
+        def residual(Y):
+            return float(cupy.linalg.norm(A @ Y - B) / cupy.linalg.norm(B))
+
+        got, ref = residual(X), residual(native)
+    # Six iterations do not converge (A's spectrum lies in [1, 5]: CG's error shrinks by
+    # at most (sqrt(5) - 1) / (sqrt(5) + 1) ~ 0.38 per step, ~3e-3 after six), so the
+    # test is that the routed loop follows CuPy's own: the two differ by rounding in
+    # each product (a few u relative), amplified at most by the condition number 5 per
+    # iteration.
+    eps = float(np.finfo(np.float64).eps)
+    assert abs(got - ref) <= 8 * eps * np.sqrt(n) * 5.0 ** iters, (got, ref)
 
 
 def test_cupyx_scipy_expm_is_switched_over(cupy, gpu_dispatch):
@@ -178,7 +212,8 @@ def test_products_on_a_stream_of_the_users_stay_on_it(cupy, gpu_dispatch):
             got = a @ b
         s.synchronize()
     same_bits(got, want)
-    assert ob.stats()["routed"] == 1
+    assert sum(ob.stats()["routed_by_entry"].values()) == 1   # (the explicit call too
+    # is a routed product, with no entry point)
 
 
 def test_threads_have_their_own_scopes(cupy, gpu_dispatch):
@@ -199,9 +234,10 @@ def test_threads_have_their_own_scopes(cupy, gpu_dispatch):
         t.start()
     for t in ts:
         t.join()
+    routed_by_entry = sum(ob.stats()["routed_by_entry"].values())
     same_bits(out["on"], ob.matmul(a, b))
     same_bits(out["off"], native)
-    assert ob.stats()["routed"] == 1
+    assert routed_by_entry == 1
 
 
 SCRIPT = """

@@ -94,3 +94,27 @@ def test_guaranteed_bits_are_kept():
             F, _ = scaling.row_exponents(B.T)
             assert ((s + E) >= guaranteed_bits(n_moduli, k)).all()
             assert ((t + F) >= guaranteed_bits(n_moduli, k)).all()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_transposed_product_orientation(seed):
+    """Fast mode scales each side on its own, so ``(B^T A^T)^T`` has ``A B``'s bits;
+    accurate mode serves the rows first (spec §2, accurate mode), so the transposed
+    product may keep other bits — and both orientations stay within the rigorous
+    bound of the count they used (plus half an ulp: the bound is on ``|C - A B|``,
+    the comparison against the rounded exact product)."""
+    from ozaki_backend.testing import error_bound, exact_matmul
+
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((40, 300)) * np.exp2(rng.integers(-12, 12, (40, 1)))
+    B = rng.standard_normal((300, 24))
+    fast = ob.matmul(A, B, mode="fast", engine="cpu")
+    np.testing.assert_array_equal(
+        fast, ob.matmul(B.T.copy(), A.T.copy(), mode="fast", engine="cpu").T)
+    exact = exact_matmul(A, B)
+    for X, Y, E in ((A, B, exact), (B.T.copy(), A.T.copy(), exact.T)):
+        C = ob.matmul(X, Y, engine="cpu")
+        used = ob.plan(X.shape[0], Y.shape[1], X.shape[1],
+                       moduli=ob.stats()["last_moduli"])
+        bound = error_bound(X, Y, used, C)
+        assert np.all(np.abs(C - E) <= bound + np.spacing(np.abs(E)) / 2)
