@@ -22,11 +22,8 @@ Scopes in the backward pass: PyTorch runs a CUDA backward pass in a device threa
 its own, whose context holds no scope. ``torch.autograd.backward`` stashes the calling
 context for such threads (``torch._C._stash_obj_in_tls("context", ...)``); the kernels
 read the scope from it, so a backward pass started inside ``enabled()`` is routed as
-its forward pass was. PyTorch stashes it from 2.12 on; for earlier versions the hook
-wraps ``torch.autograd._engine_run_backward`` (what ``Tensor.backward``,
-``torch.autograd.backward`` and ``torch.autograd.grad`` call) to stash the context under
-a key of its own (:data:`STASH_KEY`) while a scope is active, in the same thread-local
-store PyTorch carries into its device threads (its CUDA-graph trees rely on it).
+its forward pass was (where a PyTorch version does not stash it, only ``enable()``'s
+process default reaches those threads).
 
 Cost on other operators: none (only these four are overridden). A product of another
 dtype, or one outside every scope, pays one Python call on top of the native kernel
@@ -68,68 +65,6 @@ _streams: dict = {}       # (device, stream pointer) -> CuPy stream object
 
 
 # --------------------------------------------------------------------------- scopes
-#: The thread-local key under which the wrapped backward entry stashes the calling
-#: context (PyTorch's own key, ``"context"``, is read first where PyTorch stashes it).
-STASH_KEY = "ozaki_backend.context"
-_backward_original = None   # torch.autograd._engine_run_backward before the wrap
-
-
-def _stashes_context(fn) -> bool:
-    """Whether PyTorch's backward entry ``fn`` stashes the calling context itself."""
-    import inspect
-
-    try:
-        return "_stash_obj_in_tls" in inspect.getsource(fn)
-    except (OSError, TypeError):
-        return False
-
-
-def _wrap_backward(torch) -> None:
-    """Make backward passes started inside a scope carry it into PyTorch's device
-    threads where this PyTorch does not (module docstring)."""
-    global _backward_original
-    import contextvars
-
-    autograd = torch.autograd
-    original = getattr(autograd, "_engine_run_backward", None)
-    c = torch._C
-    if (_backward_original is not None or original is None
-            or not all(hasattr(c, f) for f in ("_stash_obj_in_tls", "_get_obj_in_tls",
-                                                "_is_key_in_tls"))
-            or _stashes_context(original)):
-        return
-
-    def _engine_run_backward(*args, **kwargs):
-        if not _config.ANY_ACTIVE:
-            return original(*args, **kwargs)
-        c._stash_obj_in_tls(STASH_KEY, contextvars.copy_context())
-        try:
-            return original(*args, **kwargs)
-        finally:
-            if hasattr(c, "_remove_obj_from_tls"):
-                c._remove_obj_from_tls(STASH_KEY)
-            else:   # an empty context: no scope
-                c._stash_obj_in_tls(STASH_KEY, contextvars.Context())
-
-    _engine_run_backward.__wrapped__ = original
-    _engine_run_backward._ozaki_backend_original = original
-    autograd._engine_run_backward = _engine_run_backward
-    _backward_original = original
-
-
-def _unwrap_backward() -> None:
-    global _backward_original
-    import sys
-
-    torch = sys.modules.get("torch")
-    if _backward_original is None or torch is None:
-        return
-    cur = getattr(torch.autograd, "_engine_run_backward", None)
-    if getattr(cur, "_ozaki_backend_original", None) is _backward_original:
-        torch.autograd._engine_run_backward = _backward_original
-    _backward_original = None
-
-
 def _scope_config():
     """The config to route with here, or None: this context's scope, else (in an
     autograd device thread) the scope of the context that started the backward pass."""
@@ -139,12 +74,9 @@ def _scope_config():
     import torch
 
     c = torch._C
-    if not hasattr(c, "_is_key_in_tls"):
+    if not (hasattr(c, "_is_key_in_tls") and c._is_key_in_tls("context")):
         return None
-    key = next((k for k in ("context", STASH_KEY) if c._is_key_in_tls(k)), None)
-    if key is None:
-        return None
-    ctx = c._get_obj_in_tls(key)
+    ctx = c._get_obj_in_tls("context")
     try:
         if ctx.get(_native.SUSPENDED, False):
             return None
@@ -346,7 +278,6 @@ def _register(torch) -> None:
                 for op in OPS:
                     lib.impl(op, kernels[op], key)
         _library = lib
-        _wrap_backward(torch)
 
 
 def _registered_on_import(module) -> None:
@@ -409,7 +340,6 @@ def uninstall() -> None:
         if _library is not None:
             _library._destroy()
             _library = None
-        _unwrap_backward()
 
 
 def installed() -> bool:

@@ -82,6 +82,16 @@ def test_every_operator_is_routed_with_the_explicit_calls_bits(cuda_torch, gpu_d
     assert by_entry["torch bmm"] >= 1 and by_entry["torch baddbmm"] == 1, by_entry
 
 
+def _stashes_context(torch) -> bool:
+    import inspect
+
+    try:
+        return "_stash_obj_in_tls" in inspect.getsource(
+            torch.autograd.graph._engine_run_backward)
+    except (AttributeError, OSError, TypeError):
+        return False
+
+
 def test_a_float64_model_forward_and_backward_is_routed(cuda_torch, gpu_dispatch):
     """The backward pass runs in PyTorch's CUDA device thread: its products are routed
     because the scope reaches that thread through the context PyTorch stashes."""
@@ -98,8 +108,13 @@ def test_a_float64_model_forward_and_backward_is_routed(cuda_torch, gpu_dispatch
     torch.cuda.synchronize()
     by_entry = ob.stats()["routed_by_entry"]
     # forward: an addmm per layer; backward: each weight's gradient and the two hidden
-    # activations' (the input needs none)
-    assert by_entry["torch addmm"] == 3 and by_entry["torch mm"] >= 5, by_entry
+    # activations' (the input needs none) — where PyTorch carries the scope into its
+    # device thread (it stashes the caller's context from 2.12 on)
+    assert by_entry["torch addmm"] == 3, by_entry
+    if _stashes_context(torch):
+        assert by_entry["torch mm"] >= 5, by_entry
+    else:
+        assert "torch mm" not in by_entry, by_entry
     assert len(calls) == sum(by_entry.values())
     check_recorded(calls)
     grads = [p.grad.clone() for p in model.parameters()]

@@ -159,64 +159,6 @@ def test_a_backward_pass_in_another_thread_sees_the_scope_it_was_started_in(torc
     assert got[False] is None
 
 
-def test_where_pytorch_does_not_stash_the_context_the_backward_entry_is_wrapped(
-        torch, gpu_dispatch, monkeypatch):
-    """PyTorch before 2.12 runs a backward pass without stashing the caller's context:
-    the hook's wrap of ``torch.autograd._engine_run_backward`` stashes it under its own
-    key for the pass (read here as a device thread would: from a context with no
-    scope), and only while a scope is active anywhere."""
-    c = torch._C
-    if not all(hasattr(c, f) for f in ("_stash_obj_in_tls", "_is_key_in_tls")):
-        pytest.skip("this PyTorch has no thread-local object store")
-    from torch.autograd.variable import Variable
-
-    def engine_run_backward(t_outputs, *args, **kwargs):    # as PyTorch 2.11's
-        return Variable._execution_engine.run_backward(t_outputs, *args, **kwargs)
-
-    seen = []
-
-    class Probe(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return x.clone()
-
-        @staticmethod
-        def backward(ctx, g):
-            seen.append(contextvars.Context().run(torch_hook._scope_config))
-            return g
-
-    monkeypatch.setattr(torch.autograd, "_engine_run_backward", engine_run_backward)
-    monkeypatch.setattr(torch_hook, "_backward_original", None)
-    torch_hook._wrap_backward(torch)
-    try:
-        assert torch.autograd._engine_run_backward is not engine_run_backward
-        x = torch.ones(3, dtype=torch.float64, requires_grad=True)
-        with ob.enabled(**CPU):
-            Probe.apply(x).sum().backward()
-        Probe.apply(x).sum().backward()           # outside every scope
-        with ob.enabled(**CPU):
-            torch.autograd.grad(Probe.apply(x).sum(), x)
-    finally:
-        torch_hook._unwrap_backward()
-    assert torch.autograd._engine_run_backward is engine_run_backward
-    inside, outside, grad = seen
-    assert inside is not None and inside.engine == "cpu" and inside.min_size == 0
-    assert outside is None
-    assert grad is not None and grad.engine == "cpu"
-    assert not (c._is_key_in_tls(torch_hook.STASH_KEY)
-                and contextvars.Context().run(torch_hook._scope_config) is not None)
-
-
-def test_a_pytorch_that_stashes_the_context_itself_is_left_alone(torch):
-    from ozaki_backend.dispatch import torch_hook as th
-
-    def stashing(*args, **kwargs):
-        torch._C._stash_obj_in_tls("context", contextvars.copy_context())
-
-    assert th._stashes_context(stashing)
-    assert not th._stashes_context(lambda *a: None)
-
-
 def test_uninstall_restores_pytorchs_kernels(torch, gpu_dispatch):
     a = torch.randn(32, 32, dtype=torch.float64)
     torch_hook.uninstall()
