@@ -48,6 +48,7 @@ import threading
 
 from . import config as _config
 from . import device_routing
+from .import_watch import ImportWatcher
 from .log import fallback
 from .route import scope_config
 
@@ -303,7 +304,7 @@ def install() -> None:
         if mod is not None:
             _patch(mod)
         elif _watcher is None:
-            _watcher = device_routing.ImportWatcher(MODULE, _patch_imported)
+            _watcher = ImportWatcher(MODULE, _patch_imported)
             _watcher.insert()
 
 

@@ -604,68 +604,6 @@ def describe() -> str:
 
 
 # --------------------------------------------------------------------------- installing
-class ImportWatcher:
-    """One-shot meta-path finder: calls ``on_import(module)`` right after the module
-    ``name`` has been imported (the GPU-array hooks wait for ``torch`` and for CuPy's
-    cuBLAS module this way, so that the backend never imports either library).
-
-    It finds the real spec through the other finders and wraps that spec's loader, so
-    that ``on_import`` runs after the library's own module code; it then removes itself.
-    """
-
-    def __init__(self, name, on_import):
-        self.name = name
-        self.on_import = on_import
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.name:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or getattr(finder, "find_spec", None) is None:
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _CallingLoader(spec.loader, self)
-        return spec
-
-    def insert(self) -> None:
-        """Put the watcher first in ``sys.meta_path`` (once)."""
-        if self not in sys.meta_path:
-            sys.meta_path.insert(0, self)
-
-    def remove(self) -> None:
-        """Take the watcher out of ``sys.meta_path`` (nothing if it is not there)."""
-        try:
-            sys.meta_path.remove(self)
-        except ValueError:
-            pass
-
-
-class _CallingLoader:
-    def __init__(self, loader, watcher):
-        self._loader, self._watcher = loader, watcher
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        self._loader.exec_module(module)
-        self._watcher.remove()
-        try:
-            self._watcher.on_import(module)
-        except Exception as exc:  # never break the user's import
-            from .log import logger
-
-            logger().warning("could not install the %s hook: %r", self._watcher.name, exc)
-
-    def __getattr__(self, name):
-        return getattr(self._loader, name)
-
-
 def fully_imported(name: str):
     """The module ``name`` if it is imported and done initialising, else None."""
     mod = sys.modules.get(name)

@@ -30,6 +30,7 @@ import sys
 import threading
 
 from . import blashook, cupy_hook, loophook, numpy_wrappers, scipy_blas, torch_hook
+from .import_watch import ImportWatcher
 from .route import make_wrapper
 
 _lock = threading.RLock()
@@ -117,8 +118,9 @@ def _install_wrappers():
         if scipy_blas.MODULE in sys.modules:
             _patch_scipy()
         elif _scipy_hook is None:
-            _scipy_hook = scipy_blas.PostImportHook(_patch_scipy)
-            sys.meta_path.insert(0, _scipy_hook)
+            _scipy_hook = ImportWatcher(scipy_blas.MODULE, lambda _module: _patch_scipy(),
+                                        "patch scipy.linalg.blas.dgemm")
+            _scipy_hook.insert()
 
 
 def _patch_scipy():

@@ -3,8 +3,8 @@
 ``scipy.linalg.blas.dgemm`` calls BLAS directly, so it is intercepted by rebinding the
 module attribute (and ``scipy.linalg._fblas.dgemm``, where ``get_blas_funcs`` looks
 routines up) to a wrapper; ``patches`` does the rebinding, now when SciPy is already
-imported, else from the one-shot :class:`PostImportHook` defined here right after
-``scipy.linalg.blas`` has loaded. This module never imports SciPy itself.
+imported, else from an ``import_watch.ImportWatcher`` right after ``scipy.linalg.blas``
+has loaded. This module never imports SciPy itself.
 
 It holds what the wrapper does inside a scope (:func:`route_dgemm`), how the wrapper
 is made to pass for SciPy's routine (:func:`dgemm_wrapper`), where SciPy keeps
@@ -20,7 +20,6 @@ import sys
 
 import numpy as np
 
-from .log import logger
 from .route import C128, F64, NOT_ROUTED, bind, make_wrapper, native, routed
 
 #: The module whose import the post-import hook waits for.
@@ -158,56 +157,3 @@ def clear_memo() -> None:
     memo = getattr(getattr(blas, "get_blas_funcs", None), "memo", None)
     if isinstance(memo, dict):
         memo.clear()
-
-
-class PostImportHook:
-    """One-shot meta-path finder: calls ``on_import()`` right after ``scipy.linalg.blas``
-    has loaded (``patches`` passes the function that patches ``dgemm``).
-
-    It finds the real spec through the other finders and wraps that spec's loader, so
-    that ``on_import`` runs after SciPy's own module code; it then removes itself.
-    """
-
-    def __init__(self, on_import):
-        self.on_import = on_import
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != MODULE:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or getattr(finder, "find_spec", None) is None:
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _PatchingLoader(spec.loader, self)
-        return spec
-
-    def remove(self) -> None:
-        """Take the hook out of ``sys.meta_path`` (nothing if it is not there)."""
-        try:
-            sys.meta_path.remove(self)
-        except ValueError:
-            pass
-
-
-class _PatchingLoader:
-    def __init__(self, loader, hook):
-        self._loader, self._hook = loader, hook
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        self._loader.exec_module(module)
-        self._hook.remove()
-        try:
-            self._hook.on_import()
-        except Exception as exc:  # never break the user's `import scipy.linalg`
-            logger().warning("could not patch scipy.linalg.blas.dgemm: %r", exc)
-
-    def __getattr__(self, name):
-        return getattr(self._loader, name)

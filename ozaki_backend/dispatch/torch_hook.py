@@ -48,6 +48,7 @@ import warnings
 from .. import _native
 from . import config as _config
 from . import device_routing
+from .import_watch import ImportWatcher
 from .log import fallback
 from .route import NOT_ROUTED, routed, scope_config
 
@@ -306,7 +307,7 @@ def install() -> None:
         elif "torch" in sys.modules:
             _pending = True
         elif _watcher is None:
-            _watcher = device_routing.ImportWatcher("torch", _registered_on_import)
+            _watcher = ImportWatcher("torch", _registered_on_import)
             _watcher.insert()
 
 

@@ -18,7 +18,7 @@ DISPATCH = "ozaki_backend.dispatch"
 #: Bottom up; a module may import from strictly lower layers only.
 LAYERS = [
     {"log"},
-    {"costmodel"},
+    {"costmodel", "import_watch"},
     {"config"},
     {"routing"},
     {"route"},
