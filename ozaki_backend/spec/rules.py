@@ -59,13 +59,6 @@ REPAIR_TERMS = 2 ** 27
 CERT_SMALL = 2 ** 16
 
 
-def certificate_terms(overlap: int, n_row: int, n_col: int) -> int:
-    """``k_ij`` of one element: at most this many of its terms are non-zero, the least of
-    the length of the overlap of row ``i``'s and column ``j``'s non-zero ranges along k
-    and the two non-zero counts (0 or less: the element is exactly zero)."""
-    return min(int(overlap), int(n_row), int(n_col))
-
-
 def native_growth(k_terms: int) -> float:
     """``g(k) = sqrt(min(k, NATIVE_K) / 2)``: how native DGEMM's typical rounding error
     grows with the number of terms, relative to the terms' 2-norm (an element of ``k``
