@@ -666,10 +666,7 @@ def _native_fallback(A, B, out, alpha, beta, C0, bound, check_finite, sym, reaso
     _stats.record_certificate(NATIVE)
     if check_finite:
         return None
-    C = cupy.matmul(A, B)
-    if sym:
-        _symmetrize(C)
-    out[...] = apply_alpha_beta(C, alpha, beta, C0)
+    _native_into(A, B, out, alpha, beta, C0, sym)
     if bound is not None:
         bound.fill(np.inf)     # no statistics to bound it with: the trivial bound
     return NATIVE
@@ -868,10 +865,16 @@ def _direct_product(A, B, prep, out, alpha, beta, C0, bound, sym):
     return CERTIFIED
 
 
+def _performant(plan) -> bool:
+    """Whether ``plan`` lets native DGEMM replace the emulation where it is cheaper
+    (``emulation="performant"``, the default; ``"eager"`` always emulates)."""
+    return plan.options.get("emulation", "performant") == "performant"
+
+
 def _native_faster(plan, m, n, k, dec) -> bool:
     """Whether this GPU's native DGEMM is measured faster than the emulation at the
     decision's count (``costs.py``; never with ``emulation="eager"``)."""
-    if plan.options.get("emulation", "performant") != "performant" or dec.direct_only:
+    if not _performant(plan) or dec.direct_only:
         return False
     return costs.native_faster(m, n, k, dec.n_moduli, dec.failing > 0)
 
@@ -879,7 +882,7 @@ def _native_faster(plan, m, n, k, dec) -> bool:
 def _native_at_any_count(plan, m, n, k) -> bool:
     """Whether native DGEMM is modelled faster than the emulation at one modulus fewer
     than ordinary data certifies with (a lower estimate of any product's count)."""
-    if plan.options.get("emulation", "performant") != "performant":
+    if not _performant(plan):
         return False
     return costs.native_faster(m, n, k, max(2, plan.expected_moduli - 1), False)
 
@@ -1042,7 +1045,7 @@ def _escalate(A0, B0, plan, prep, dec, C, bound):
     ``emulation="performant"`` (the default) native as soon as this GPU's DGEMM is
     measured faster than the next step (``docs/spec.md`` §10.4). Writes the result into
     ``C`` (and ``bound``) and returns the outcome."""
-    eager = plan.options.get("emulation", "performant") == "eager"
+    eager = not _performant(plan)
     m, n = C.shape
     tried = {dec.n_moduli}
     level = 0.0
