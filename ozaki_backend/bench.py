@@ -211,7 +211,12 @@ def _bench_shape(cp, m, k, n, args, log):
     log(f"  native DGEMM {t_nat * 1e3:9.2f} ms  {flops / t_nat / 1e12:6.1f} TFLOPS")
 
     res["emulated"] = []
-    for label, plan in _configs(m, n, k, args):
+    for i, (label, plan) in enumerate(_configs(m, n, k, args)):
+        cold = None
+        if i == 0:
+            # The first calls of this shape, before anything else of the emulation has
+            # seen it (plans, graphs, counts and cuBLAS's heuristics are per shape).
+            cold = _cold_calls(cp, lambda: plan.matmul(A, B, out=C))
         # precision="fp64" chooses the count per product: the timed operands' count
         # names the config, and each phi's count is kept with its error.
         N = plan.moduli_for(A, B)   # one pass over the operands on the device
@@ -239,16 +244,23 @@ def _bench_shape(cp, m, k, n, args, log):
         from .cuda.tuning import choice as path_choice
 
         path = path_choice(m, n, k, N)
+        busy = sum(phases.values())
+        share = phases.get("gemms", 0.0) / busy if busy else 0.0
         res["emulated"].append({
             "label": label, "mode": plan.mode, "moduli": N,
             "moduli_by_phi": used, "rule": plan.rule,
             "seconds": t, "tflops": flops / t / 1e12, "speedup": t_nat / t,
-            "max_rel_err": errs, "phases_s": phases, "graph_replays": replayed,
+            "max_rel_err": errs, "phases_s": phases, "gemm_share": share,
+            "cold_s": cold, "graph_replays": replayed,
             "gemm_strategy": gemm_strategy(m, n), "gemm_path": path[0],
             "gemm_path_reason": path[2]})
         log(f"  {label:24s} {t * 1e3:9.2f} ms  {flops / t / 1e12:6.1f} TFLOPS "
             f"x{t_nat / t:4.2f}  err {max(errs.values()):.1e}  {path[0]:6s} " + " ".join(
-                f"{k_[:4]} {v * 1e3:.2f}" for k_, v in phases.items()))
+                f"{k_[:4]} {v * 1e3:.2f}" for k_, v in phases.items())
+            + f"  gemm share {share:.0%}")
+        if cold is not None:
+            log("  " + " " * 24 + " cold calls 1-3: " + ", ".join(
+                f"{c * 1e3:.2f} ms ({c / t:.2f}x steady)" for c in cold))
 
     res["gemm_strategies"] = {}
     plan = Plan(m, n, k, mode="accurate")
@@ -287,6 +299,19 @@ def _bench_shape(cp, m, k, n, args, log):
     if m * n <= args.numpy_max:
         res["numpy_io"] = _numpy_io(cp, A, B, m, n, k, args, log)
     return res
+
+
+def _cold_calls(cp, call, calls=3):
+    """Wall-clock seconds of each of the first ``calls`` calls (the device idle before
+    each and waited for after it: the host's share of a cold call counts)."""
+    times = []
+    for _ in range(calls):
+        cp.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        call()
+        cp.cuda.Device().synchronize()
+        times.append(time.perf_counter() - t0)
+    return times
 
 
 def _numpy_io(cp, A, B, m, n, k, args, log):
@@ -342,7 +367,8 @@ def _table(report):
     phis = report["phis"]
     head = (f"{'shape ' + SHAPE_HEADER:>22s} {'config':>22s} {'TFLOPS':>7s} {'xnat':>5s} "
             + " ".join(f"{'err phi=' + str(p):>12s}" for p in phis)
-            + f" {'scal':>6s} {'res':>6s} {'gemm':>7s} {'crt':>6s} (ms)")
+            + f" {'scal':>6s} {'res':>6s} {'gemm':>7s} {'crt':>6s} (ms) {'share':>5s}"
+            + "  cold calls 1, 2 (x steady)")
     lines.append(head)
     for r in report["results"]:
         m, k, n = r["shape"]
@@ -355,7 +381,11 @@ def _table(report):
             lines.append(f"{'':>22s} {e['label']:>22s} {e['tflops']:7.1f} {e['speedup']:5.2f} "
                          + " ".join(f"{e['max_rel_err'][str(p)]:12.1e}" for p in phis)
                          + f" {ph['scaling'] * 1e3:6.2f} {ph['residues'] * 1e3:6.2f} "
-                         f"{ph['gemms'] * 1e3:7.2f} {ph['crt'] * 1e3:6.2f}")
+                         f"{ph['gemms'] * 1e3:7.2f} {ph['crt'] * 1e3:6.2f}      "
+                         f"{e.get('gemm_share', 0.0):5.0%}"
+                         + ("  " + ", ".join(f"{c / e['seconds']:.2f}"
+                                             for c in e["cold_s"][:2])
+                            if e.get("cold_s") else ""))
         gs = r.get("gemm_strategies") or {}
         if gs:
             lines.append(f"{'':>22s} GEMM issue (fp64 accurate): " + ", ".join(

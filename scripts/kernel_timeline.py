@@ -10,7 +10,9 @@ time the GPU was busy, the idle gaps (launch and synchronisation overhead), and 
 kernel's name, count and total time, the largest first. No Nsight Systems on the device
 image, so this is the timeline we can read. With the overlapped schedule (streams run
 kernels at once) the busy time is the union of the kernels' intervals, and the time the
-GEMMs and other kernels ran together is printed. ``TIMELINE_HOST=0``: no host profile.
+GEMMs and other kernels ran together is printed. ``TIMELINE_HOST=0``: no host profile. ``TIMELINE_PHI=2``: phi data
+``(rand - 0.5) exp(phi randn)`` instead of N(0, 1); ``OZAKI_BACKEND_EMULATION=eager`` to
+see the emulation where the default would run native DGEMM.
 
 ``--steady``: instead, ten calls back to back as a user's loop makes them (no
 synchronisation between calls; each waits only for its own count), and per call the
@@ -85,7 +87,12 @@ def _warm_operands(spec, native=False):
     steady state of a loop: ``bench.WARMUP_CALLS``)."""
     m, k, n = _shape(spec)
     rng = cupy.random.default_rng(0)
-    A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    phi = float(os.environ.get("TIMELINE_PHI", "-1"))
+    if phi < 0:
+        A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    else:
+        A, B = ((rng.random(s) - 0.5) * cupy.exp(phi * rng.standard_normal(s))
+                for s in ((m, k), (k, n)))
     C = cupy.empty((m, n))
     for _ in range(5):
         ob.matmul(A, B, out=C)

@@ -17,7 +17,8 @@ one of its compute capability, else the H200's):
   ``k`` runs at ``k / (k + int8_k_half)`` of it), the memory passes (statistics, residue
   planes, the CRT pass over ``N`` int32 planes, the certificate's pass over ``P``) at
   the device bandwidth, and a fixed host cost for the launches; the a-posteriori test
-  adds two passes over the output.
+  and the gathers (wide-range data) add their measured time per output element and per
+  operand entry.
 
 It decides speed only: the bits of an emulated product never depend on it.
 """
@@ -42,6 +43,11 @@ H200 = {
     "fixed": 330e-6,          # the emulation's launches and its one read-back
     "native_fixed": 12e-6,    # host time of one DGEMM call
     "margin": 1.0,            # native when it is faster by this factor
+    # The certificate's data-dependent passes, timed kernel by kernel on 8192^3 and
+    # 16384^3 phi = 1, 2 products (scripts/kernel_timeline.py with TIMELINE_PHI):
+    "post_per_element": 45e-12,     # the a-posteriori test (level and test passes)
+    "gathers_per_element": 88e-12,  # the gathers' lower bounds and the second count
+    "gathers_per_entry": 14.5e-12,  # each operand entry's top entries and codes
 }
 
 
@@ -82,9 +88,9 @@ def native_seconds(m, n, k, r=None) -> float:
     return max(flops / r["fp64"], moved / r["bandwidth"]) + r["native_fixed"]
 
 
-def emulation_seconds(m, n, k, n_moduli, post=False, r=None) -> float:
+def emulation_seconds(m, n, k, n_moduli, post=False, r=None, gathers=False) -> float:
     """Modelled seconds of the emulation at ``n_moduli`` (``post``: with the
-    a-posteriori test)."""
+    a-posteriori test; ``gathers``: with the gathers, ``docs/spec.md`` §10.2)."""
     r = r or rates()
     bw = r["bandwidth"]
     eff = k / (k + r["int8_k_half"])
@@ -94,16 +100,19 @@ def emulation_seconds(m, n, k, n_moduli, post=False, r=None) -> float:
     # planes in, one float64 out)
     passes = (3 * 8.0 * (m + n) * k + (8.0 + n_moduli) * (m + n) * k + 12.0 * m * n
               + (r["crt_bytes"] * n_moduli + 8.0) * m * n)
+    extra = 0.0
     if post:
-        passes += 3 * 12.0 * m * n
-    return gemm + passes / bw + r["fixed"]
+        extra += r["post_per_element"] * m * n
+    if gathers:
+        extra += r["gathers_per_element"] * m * n + r["gathers_per_entry"] * (m + n) * k
+    return gemm + passes / bw + extra + r["fixed"]
 
 
-def native_faster(m, n, k, n_moduli, post=False) -> bool:
+def native_faster(m, n, k, n_moduli, post=False, gathers=False) -> bool:
     """Whether native DGEMM is modelled faster than the emulation at ``n_moduli``."""
     r = rates()
-    return native_seconds(m, n, k, r) * r["margin"] < emulation_seconds(m, n, k, n_moduli,
-                                                                         post, r)
+    return native_seconds(m, n, k, r) * r["margin"] < emulation_seconds(
+        m, n, k, n_moduli, post, r, gathers)
 
 
 def residual_faster(m, n, k) -> bool:

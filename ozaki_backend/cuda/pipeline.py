@@ -692,9 +692,17 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
         _native_into(A, B, out, alpha, beta, C0, sym)
         _stats.record_certificate(NATIVE_FASTER)
         return NATIVE_FASTER
+    key = (m, n, k, plan.mode)
+    if plan.adaptive and bound is None and _native_again(plan, key):
+        # This shape's last product went native because its count made the emulation
+        # the slower one: the statistics would cost a prepare stage only to decide the
+        # same again, so native straight away, re-reading the data every NATIVE_PROBE
+        # calls (a loop whose data turn ordinary goes back to the emulation).
+        _native_into(A, B, out, alpha, beta, C0, sym)
+        _stats.record_certificate(NATIVE_FASTER)
+        return NATIVE_FASTER
     read = plan.adaptive or check_finite
     fixed = None if plan.adaptive else plan.n_moduli
-    key = (m, n, k, plan.mode)
     near = _last_count(key) if plan.adaptive else None
     # Stages 0-2 replayed as a CUDA graph where the host's launches bound the call
     # (graphs.py): only on the path that starts with a guessed count.
@@ -743,9 +751,10 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
         def check():
             host = back.wait()
             got = _read_count(prep, host, plan, check_finite)
-            if got is None or got.n_moduli != guess or prep.gathers is not None or (
+            if got is None or got is NATIVE_FASTER or got.n_moduli != guess or \
+                    prep.gathers is not None or (
                     plan.adaptive and (got.failing or got.direct or
-                                       _native_faster(plan, m, n, k, got))):
+                                       _native_faster(plan, m, n, k, got, prep))):
                 raise _WrongGuess(got)
             read_back.append(got)
             prep.release()
@@ -760,7 +769,7 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
                 _leave_graph(gkey, prep)
             GUESSES["wrong"] += 1
             got = wrong.got
-            if plan.adaptive and got is not None:
+            if plan.adaptive and got is not None and got is not NATIVE_FASTER:
                 _remember(key, _plain_count(prep, got), guessed=guess)
         else:
             if replayed is not None and prep.window is not window:
@@ -776,18 +785,26 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
             return outcome
     elif read:
         got = _read_count(prep, st.get(), plan, check_finite)
-        if plan.adaptive and got is not None:
+        if plan.adaptive and got is not None and got is not NATIVE_FASTER:
             _remember(key, _plain_count(prep, got))
     if read and got is None:
         return None                     # an Inf/NaN operand: the caller's native path
+    if got is NATIVE_FASTER:
+        # The data need the gathers, and with their cost the emulation is slower than
+        # native DGEMM at any count they could give: not computed.
+        _note_native(key, True)
+        return _cheaper_native(A, B, prep, out, alpha, beta, C0, bound, sym)
     if read:
         dec = got
     else:
         dec = certificate.Decision(plan.n_moduli, 0, None, 0, m * n)
     if plan.adaptive and dec.direct_only:
         return _direct_product(A, B, prep, out, alpha, beta, C0, bound, sym)
-    if plan.adaptive and _native_faster(plan, m, n, k, dec):
+    if plan.adaptive and _native_faster(plan, m, n, k, dec, prep):
+        _note_native(key, True)
         return _cheaper_native(A, B, prep, out, alpha, beta, C0, bound, sym)
+    if plan.adaptive:
+        _note_native(key, False)
     return _emulated(A, B, plan, prep, dec, out, alpha, beta, C0, bound, sym, ph, strategy)
 
 
@@ -871,12 +888,23 @@ def _performant(plan) -> bool:
     return plan.options.get("emulation", "performant") == "performant"
 
 
-def _native_faster(plan, m, n, k, dec) -> bool:
+def _native_faster(plan, m, n, k, dec, prep) -> bool:
     """Whether this GPU's native DGEMM is measured faster than the emulation at the
-    decision's count (``costs.py``; never with ``emulation="eager"``)."""
+    decision's count, its a-posteriori test and gathers included (``costs.py``; never
+    with ``emulation="eager"``)."""
     if not _performant(plan) or dec.direct_only:
         return False
-    return costs.native_faster(m, n, k, dec.n_moduli, dec.failing > 0)
+    return costs.native_faster(m, n, k, dec.n_moduli, dec.failing > 0,
+                               prep.gathers is not None)
+
+
+def _native_before_gathers(plan, m, n, k) -> bool:
+    """Whether native DGEMM is modelled faster than the emulation with the gathers even
+    at one modulus fewer than ordinary data certify with (a lower estimate of the count
+    the gathers could give; the a-posteriori test not counted)."""
+    if not _performant(plan):
+        return False
+    return costs.native_faster(m, n, k, max(2, plan.expected_moduli - 1), False, True)
 
 
 def _native_at_any_count(plan, m, n, k) -> bool:
@@ -910,10 +938,16 @@ def _native_into(A, B, out, alpha, beta, C0, sym):
 
 
 def _read_count(prep, host, plan, check_finite):
-    """The :class:`~.certificate.Decision` from the read-back status ``host``, or None
-    when an operand holds Inf/NaN and the caller asked (``check_finite``)."""
+    """The :class:`~.certificate.Decision` from the read-back status ``host``; None
+    when an operand holds Inf/NaN and the caller asked (``check_finite``);
+    :data:`NATIVE_FASTER` when the data ask for the gathers (``host[4]``, the gate) and
+    native DGEMM is faster than the emulation with them (:func:`_native_before_gathers`)."""
     if check_finite and host[0] > 1024:
         return None
+    if plan.adaptive and prep.gathers is None and int(host[4]):
+        m, n = prep.a.E.shape[0], prep.b.E.shape[0]
+        if _native_before_gathers(plan, m, n, prep.k):
+            return NATIVE_FASTER
     return prep.count(host, None if plan.adaptive else plan.n_moduli)
 
 
@@ -1009,6 +1043,40 @@ def _guess(plan, key, prep, bound):
     return N if need <= workspace_budget() else None
 
 
+#: A shape whose last product went native for its count (``native (faster)``) is
+#: computed natively without statistics for this many calls, then read again.
+NATIVE_PROBE = 16
+
+
+def _native_again(plan, key) -> bool:
+    """Whether this thread's last product of shape ``key`` went native for its count
+    and fewer than :data:`NATIVE_PROBE` calls have passed since its data were read
+    (counts the call)."""
+    if not _performant(plan):
+        return False
+    native = getattr(_local, "native", None)
+    if not native or key not in native:
+        return False
+    native[key] += 1
+    if native[key] >= NATIVE_PROBE:
+        del native[key]             # this call reads the data again
+        return False
+    return True
+
+
+def _note_native(key, went_native):
+    """Record whether the product of shape ``key`` just went native for its count."""
+    native = getattr(_local, "native", None)
+    if native is None:
+        native = _local.native = {}
+    if went_native:
+        if len(native) >= 256 and key not in native:
+            native.clear()
+        native[key] = 0
+    else:
+        native.pop(key, None)
+
+
 def _seen(key):
     """``(count, wrong guesses in a row)`` of this thread's last product of shape
     ``key``, or None."""
@@ -1053,7 +1121,8 @@ def _escalate(A0, B0, plan, prep, dec, C, bound):
         if N is None or N in tried:
             continue
         tried.add(N)
-        if not eager and costs.native_faster(m, n, prep.k, N, True):
+        if not eager and costs.native_faster(m, n, prep.k, N, True,
+                                             prep.gathers is not None):
             break
         s, t = prep.shifts(N)
         integer_product_into(prep, N, s, t, C)

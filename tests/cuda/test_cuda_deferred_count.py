@@ -115,3 +115,49 @@ def test_fixed_counts_read_back_after_their_gemms(N):
     assert_same_bits(got, ref)
     assert ob.stats()["certificate"] == out0
     assert pipeline.GUESSES["right"] == before["right"] + 1
+
+
+def test_a_shape_that_went_native_for_its_count_stays_native_until_the_probe(monkeypatch):
+    """``emulation="performant"``: once a shape's count made native DGEMM the cheaper
+    product, the next calls of that shape run cuBLAS's DGEMM without preparing the
+    operands (the statistics would only decide the same again); every
+    :data:`~pipeline.NATIVE_PROBE` calls the data are read again, and when the emulation
+    is the cheaper one again it computes the reference's bits."""
+    from ozaki_backend.cuda import costs
+
+    monkeypatch.setattr(costs, "native_faster", lambda *a, **k: False)   # no early native
+    prefer_native = [True]
+    monkeypatch.setattr(pipeline, "_native_faster", lambda *a: prefer_native[0])
+    prepared = []
+    real = pipeline.Prepared
+
+    class Counted(real):
+        def __init__(self, *a, **k):
+            prepared.append(1)
+            super().__init__(*a, **k)
+
+    monkeypatch.setattr(pipeline, "Prepared", Counted)
+    A, B = _operands("phi1", 7)
+    dA, dB = cupy.asarray(A), cupy.asarray(B)
+    native = (dA @ dB).get()
+
+    def call():
+        ob.reset_stats()
+        C = ob.matmul(dA, dB, engine="cuda", emulation="performant").get()
+        return C, ob.stats()["certificate"]
+
+    C, out = call()
+    assert out == {"native (faster)": 1} and len(prepared) == 1
+    assert_same_bits(C, native)
+    for _ in range(pipeline.NATIVE_PROBE - 1):
+        C, out = call()
+        assert out == {"native (faster)": 1}
+        assert_same_bits(C, native)
+    assert len(prepared) == 1, "a remembered native shape prepared its operands"
+    prefer_native[0] = False
+    C, out = call()             # the probe: read again, now emulated
+    assert len(prepared) == 2 and out == {"certified": 1}
+    C0, out0, _ = _run(A, B, "cpu", "accurate")
+    assert_same_bits(C, C0)
+    C, out = call()             # emulated shapes are not remembered as native
+    assert len(prepared) == 3 and out == {"certified": 1}
