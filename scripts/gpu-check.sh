@@ -110,7 +110,7 @@ if [ $run_tests = 1 ]; then
   t0=$(date +%s)
   # Every test marked gpu (the CUDA stages and end to end, the fused kernel, the seed
   # scheme's GPU path, the data-adaptive moduli count).
-  timeout "${TEST_TIMEOUT:-280}" python3 -m pytest -q -rfEs --durations=8 -p no:cacheprovider "${kexpr[@]}" \
+  timeout "${TEST_TIMEOUT:-360}" python3 -m pytest -q -rfEs --durations=8 -p no:cacheprovider "${kexpr[@]}" \
     -m gpu tests >"$OUT/pytest.log" 2>&1
   rc_tests=$?
   echo "pytest: rc=$rc_tests in $(( $(date +%s) - t0 )) s" >>"$OUT/pytest.log"
