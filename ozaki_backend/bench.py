@@ -216,7 +216,8 @@ def _bench_shape(cp, m, k, n, args, log):
         if i == 0:
             # The first calls of this shape, before anything else of the emulation has
             # seen it (plans, graphs, counts and cuBLAS's heuristics are per shape).
-            cold = _cold_calls(cp, lambda: plan.matmul(A, B, out=C))
+            cold = provenance.wall_times(lambda: plan.matmul(A, B, out=C), 3,
+                                         sync=cp.cuda.Device().synchronize)
         # precision="fp64" chooses the count per product: the timed operands' count
         # names the config, and each phi's count is kept with its error.
         N = plan.moduli_for(A, B)   # one pass over the operands on the device
@@ -299,19 +300,6 @@ def _bench_shape(cp, m, k, n, args, log):
     if m * n <= args.numpy_max:
         res["numpy_io"] = _numpy_io(cp, A, B, m, n, k, args, log)
     return res
-
-
-def _cold_calls(cp, call, calls=3):
-    """Wall-clock seconds of each of the first ``calls`` calls (the device idle before
-    each and waited for after it: the host's share of a cold call counts)."""
-    times = []
-    for _ in range(calls):
-        cp.cuda.Device().synchronize()
-        t0 = time.perf_counter()
-        call()
-        cp.cuda.Device().synchronize()
-        times.append(time.perf_counter() - t0)
-    return times
 
 
 def _numpy_io(cp, A, B, m, n, k, args, log):

@@ -153,16 +153,22 @@ def median_device_time(fn, reps, warmup=1):
     return float(np.median(ts))
 
 
-def median_wall_time(fn, reps, sync=None):
-    """Median wall time of ``reps`` calls of ``fn`` after one warm-up (``sync`` waits)."""
-    fn()
+def wall_times(fn, calls, sync=None):
+    """Wall seconds of each of ``calls`` calls of ``fn``, no warm-up (``sync`` waits
+    before the first call and after each: a cold call's host share counts)."""
     if sync:
         sync()
     ts = []
-    for _ in range(reps):
+    for _ in range(calls):
         t0 = time.perf_counter()
         fn()
         if sync:
             sync()
         ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
+    return ts
+
+
+def median_wall_time(fn, reps, sync=None):
+    """Median wall time of ``reps`` calls of ``fn`` after one warm-up (``sync`` waits)."""
+    fn()
+    return float(np.median(wall_times(fn, reps, sync)))

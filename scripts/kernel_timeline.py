@@ -10,9 +10,10 @@ time the GPU was busy, the idle gaps (launch and synchronisation overhead), and 
 kernel's name, count and total time, the largest first. No Nsight Systems on the device
 image, so this is the timeline we can read. With the overlapped schedule (streams run
 kernels at once) the busy time is the union of the kernels' intervals, and the time the
-GEMMs and other kernels ran together is printed. ``TIMELINE_HOST=0``: no host profile. ``TIMELINE_PHI=2``: phi data
-``(rand - 0.5) exp(phi randn)`` instead of N(0, 1); ``OZAKI_BACKEND_EMULATION=eager`` to
-see the emulation where the default would run native DGEMM.
+GEMMs and other kernels ran together is printed. ``TIMELINE_HOST=0``: no host profile.
+``TIMELINE_PHI=2``: phi data ``(rand - 0.5) exp(phi randn)`` instead of N(0, 1);
+``OZAKI_BACKEND_EMULATION=eager`` to see the emulation where the default would run
+native DGEMM.
 
 ``--steady``: instead, ten calls back to back as a user's loop makes them (no
 synchronisation between calls; each waits only for its own count), and per call the

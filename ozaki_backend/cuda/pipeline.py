@@ -686,18 +686,14 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
             bound.fill(0.0)
         return CERTIFIED
     ph = phases or _nothing
-    if plan.adaptive and bound is None and _native_at_any_count(plan, m, n, k):
-        # This GPU's DGEMM beats the emulation even at the fewest moduli ordinary data
-        # could take: no statistics, no count (4096^3 and short reductions on the H200).
-        _native_into(A, B, out, alpha, beta, C0, sym)
-        _stats.record_certificate(NATIVE_FASTER)
-        return NATIVE_FASTER
     key = (m, n, k, plan.mode)
-    if plan.adaptive and bound is None and _native_again(plan, key):
-        # This shape's last product went native because its count made the emulation
-        # the slower one: the statistics would cost a prepare stage only to decide the
-        # same again, so native straight away, re-reading the data every NATIVE_PROBE
-        # calls (a loop whose data turn ordinary goes back to the emulation).
+    if plan.adaptive and bound is None and (_native_at_any_count(plan, m, n, k) or
+                                            _native_again(plan, key)):
+        # No statistics, no count: this GPU's DGEMM beats the emulation even at the
+        # fewest moduli ordinary data could take (4096^3 and short reductions on the
+        # H200), or this shape's last product went native for its count and the
+        # statistics would only decide the same again (read again every NATIVE_PROBE
+        # calls: a loop whose data turn ordinary goes back to the emulation).
         _native_into(A, B, out, alpha, beta, C0, sym)
         _stats.record_certificate(NATIVE_FASTER)
         return NATIVE_FASTER
@@ -1048,14 +1044,35 @@ def _guess(plan, key, prep, bound):
 NATIVE_PROBE = 16
 
 
+#: Shapes a thread remembers (counts, native decisions) before it forgets them all.
+SHAPES_REMEMBERED = 256
+
+
+def _shape_memory(name):
+    """This thread's per-shape table ``name`` (made on first use)."""
+    table = getattr(_local, name, None)
+    if table is None:
+        table = {}
+        setattr(_local, name, table)
+    return table
+
+
+def _keep(table, key, value):
+    """``table[key] = value``, the table emptied first when it holds
+    :data:`SHAPES_REMEMBERED` other shapes."""
+    if len(table) >= SHAPES_REMEMBERED and key not in table:
+        table.clear()
+    table[key] = value
+
+
 def _native_again(plan, key) -> bool:
     """Whether this thread's last product of shape ``key`` went native for its count
     and fewer than :data:`NATIVE_PROBE` calls have passed since its data were read
     (counts the call)."""
     if not _performant(plan):
         return False
-    native = getattr(_local, "native", None)
-    if not native or key not in native:
+    native = _shape_memory("native")
+    if key not in native:
         return False
     native[key] += 1
     if native[key] >= NATIVE_PROBE:
@@ -1066,13 +1083,9 @@ def _native_again(plan, key) -> bool:
 
 def _note_native(key, went_native):
     """Record whether the product of shape ``key`` just went native for its count."""
-    native = getattr(_local, "native", None)
-    if native is None:
-        native = _local.native = {}
+    native = _shape_memory("native")
     if went_native:
-        if len(native) >= 256 and key not in native:
-            native.clear()
-        native[key] = 0
+        _keep(native, key, 0)
     else:
         native.pop(key, None)
 
@@ -1080,7 +1093,7 @@ def _note_native(key, went_native):
 def _seen(key):
     """``(count, wrong guesses in a row)`` of this thread's last product of shape
     ``key``, or None."""
-    return getattr(_local, "counts", {}).get(key)
+    return _shape_memory("counts").get(key)
 
 
 def _last_count(key):
@@ -1093,17 +1106,13 @@ def _remember(key, N, guessed=None):
     """Record ``N`` as the count of shape ``key``: after a guess (``guessed``), a right
     one clears the misses and a wrong one adds one; a count read before the product
     takes one miss off when it repeats the last count."""
-    counts = getattr(_local, "counts", None)
-    if counts is None:
-        counts = _local.counts = {}
+    counts = _shape_memory("counts")
     last, misses = counts.get(key, (None, 0))
     if guessed is not None:
         misses = 0 if N == guessed else misses + 1
     elif N == last:
         misses = max(0, misses - 1)
-    if len(counts) >= 256 and key not in counts:
-        counts.clear()
-    counts[key] = (N, misses)
+    _keep(counts, key, (N, misses))
 
 
 def _escalate(A0, B0, plan, prep, dec, C, bound):
