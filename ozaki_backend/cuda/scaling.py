@@ -34,7 +34,7 @@ from ..spec.tiling import mirrored_blocks, symmetric_tiles
 from . import loader
 from ._common import (INT_MAX, INT_MIN, KPAD, LDC_PAD, REAL_TABLE, CountTable, as_rows,
                       blocks, from_row, h_params, lam1, not_capturing, round_up, span)
-from .modgemm import gemm_tn
+from .modgemm import GEMM_PAD, gemm_tn
 
 #: Reduction length per block of the row reductions (kernels/scaling.cu OZ_KR).
 _KR = 256
@@ -345,16 +345,23 @@ def bound_tile_into(QA, QB, rows, cols, kpad, P, P32=None):
     """``P[:rows, :cols] = alpha beta^T`` for one tile (int32, or int64 via ``P32`` chunks
     when k exceeds the int32 range)."""
     ldc = P.shape[1]
+    # As for the residue products (modgemm.products_into): cuBLAS's INT8 kernels are
+    # slow off their tile (the 8191^3 bound GEMM took 3.2 ms against 0.73 at 8192), so
+    # where the buffers have room (BoundMatrix pads them) the GEMM runs on sizes rounded
+    # up to GEMM_PAD. The padded rows of QA / QB hold whatever the buffers held; they
+    # reach only P's padded rows and columns, which no kernel reads.
+    grows = min(round_up(rows, GEMM_PAD), QA.shape[0], P.shape[0])
+    gcols = min(round_up(cols, GEMM_PAD), QB.shape[0], ldc)
     if P.dtype == np.int32:
-        gemm_tn(QA.data.ptr, QB.data.ptr, P.data.ptr, rows, cols, kpad, kpad, kpad, ldc)
+        gemm_tn(QA.data.ptr, QB.data.ptr, P.data.ptr, grows, gcols, kpad, kpad, kpad, ldc)
         return
-    P[:rows].fill(0)
+    P[:grows].fill(0)
     acc = loader.get_function("scaling.cu", "oz_accumulate_i64")
     for k0 in range(0, kpad, BOUND_CHUNK):
         kc = min(BOUND_CHUNK, kpad - k0)
-        gemm_tn(QA.data.ptr + k0, QB.data.ptr + k0, P32.data.ptr, rows, cols, kc,
+        gemm_tn(QA.data.ptr + k0, QB.data.ptr + k0, P32.data.ptr, grows, gcols, kc,
                 kpad, kpad, ldc)
-        acc((blocks(rows * ldc),), (256,), (P32, P, np.int64(rows * ldc)))
+        acc((blocks(grows * ldc),), (256,), (P32, P, np.int64(grows * ldc)))
 
 
 def symmetric_bound_into(QA, rows, kpad, P):
@@ -392,27 +399,29 @@ class BoundMatrix:
         self.symmetric = False
 
     @staticmethod
+    def shapes(tm, tn, kpad):
+        """``{name: (shape, dtype)}`` of the buffers for ``(tm, tn)`` tiles: rows padded
+        to GEMM_PAD, so that the bound GEMM runs on aligned sizes (:func:`bound_tile_into`)."""
+        pm, pn = round_up(tm, GEMM_PAD), round_up(tn, GEMM_PAD)
+        ldc = round_up(pn, LDC_PAD)
+        v = {"QA": ((pm, kpad), np.int8), "QB": ((pn, kpad), np.int8)}
+        if kpad > BOUND_CHUNK:
+            v["P"] = ((pm, ldc), np.int64)
+            v["P32"] = ((pm, ldc), np.int32)
+        else:
+            v["P"] = ((pm, ldc), np.int32)
+        return v
+
+    @staticmethod
     def need(ws, tm, tn, kpad):
         """Register the workspace this needs with a :class:`~._common.Workspace`."""
-        ldc = round_up(tn, LDC_PAD)
-        ws.need("QA", (tm, kpad), np.int8)
-        ws.need("QB", (tn, kpad), np.int8)
-        if kpad > BOUND_CHUNK:
-            ws.need("P", (tm, ldc), np.int64)
-            ws.need("P32", (tm, ldc), np.int32)
-        else:
-            ws.need("P", (tm, ldc), np.int32)
+        for name, (shape, dtype) in BoundMatrix.shapes(tm, tn, kpad).items():
+            ws.need(name, shape, dtype)
 
     @staticmethod
     def allocate(tm, tn, kpad):
-        ldc = round_up(tn, LDC_PAD)
-        v = {"QA": cupy.empty((tm, kpad), np.int8), "QB": cupy.empty((tn, kpad), np.int8)}
-        if kpad > BOUND_CHUNK:
-            v["P"] = cupy.empty((tm, ldc), np.int64)
-            v["P32"] = cupy.empty((tm, ldc), np.int32)
-        else:
-            v["P"] = cupy.empty((tm, ldc), np.int32)
-        return v
+        return {name: cupy.empty(shape, dtype)
+                for name, (shape, dtype) in BoundMatrix.shapes(tm, tn, kpad).items()}
 
     def _quantize(self, side, key, Q):
         first = ("a" if side is self.a else "b", key) not in self._summed
