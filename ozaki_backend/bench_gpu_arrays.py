@@ -11,13 +11,15 @@ native, at no cost). Last, the dispatch cost of a product the hooks leave alone:
 small float32 product, per call, inside a scope and without.
 
 Timing: ``--warmup`` calls, then ``--reps`` calls back to back (as a loop issues them)
-with one device synchronisation at the end, best of ``--rounds`` such loops, the plain
-and the enabled loops alternating; ms per product. Needs a GPU and CuPy (PyTorch rows skip without a CUDA build of torch).
+with one device synchronisation at the end, ``--rounds`` such loops, the plain and the
+enabled loops alternating; ms per product, the median over the rounds (a best-of-3
+moved native rows by 3 %: the GPU's clocks drift between loops of a few products). Needs a GPU and CuPy (PyTorch rows skip without a CUDA build of torch).
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import time
 
@@ -39,8 +41,8 @@ def _parse(argv):
                     help="cupy, torch or both (default)")
     ap.add_argument("--reps", type=int_at_least(1), default=5,
                     help="products per timed loop (default 5)")
-    ap.add_argument("--rounds", type=int_at_least(1), default=3,
-                    help="timed loops, best kept (default 3)")
+    ap.add_argument("--rounds", type=int_at_least(1), default=7,
+                    help="timed loops of each side, the median kept (default 7)")
     ap.add_argument("--warmup", type=int_at_least(0), default=3,
                     help="untimed calls first (default 3)")
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
@@ -96,9 +98,9 @@ def _row(ob, lib, m, k, n, args):
     ob.reset_stats()
     with ob.enabled():
         d = ob.explain(a, b)
-    plain = inside = float("inf")
+    plain, inside = [], []
     # Plain and enabled loops alternate, so that a drift of the GPU's clocks over the
-    # row cannot favour one side; best of each.
+    # row cannot favour one side; the median of each.
     for r in range(args.rounds + 1):
         reps = args.warmup if r == 0 else args.reps
         if not reps:
@@ -107,7 +109,9 @@ def _row(ob, lib, m, k, n, args):
         with ob.enabled():
             u = _loop_s(lib, a, b, reps)
         if r:
-            plain, inside = min(plain, t * 1e3), min(inside, u * 1e3)
+            plain.append(t * 1e3)
+            inside.append(u * 1e3)
+    plain, inside = statistics.median(plain), statistics.median(inside)
     s = ob.stats()
     calls = args.warmup + args.reps * args.rounds
     del a, b

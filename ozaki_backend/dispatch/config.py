@@ -69,8 +69,8 @@ EXTRA_VARS = {
     "OZAKI_BACKEND_LOG": "level of the 'ozaki_backend' logger, with a stderr handler "
                          "(debug, info, warning, error)",
     "OZAKI_BACKEND_STATS": "1: print stats() to stderr when the process exits",
-    "OZAKI_BACKEND_CUPY": "1: also route CuPy's float64/complex128 GEMMs inside scopes "
-                          "(experimental, off by default: docs/gpu-arrays.md)",
+    "OZAKI_BACKEND_CUPY": "0: leave CuPy's float64/complex128 GEMMs to cuBLAS inside "
+                          "scopes (they are routed by default: docs/gpu-arrays.md)",
     "OZAKI_BACKEND_HOST_GFLOPS": "host float64 GEMM rate for the cost model (GFLOP/s, "
                                  "> 0) instead of the rate table's (or the estimate "
                                  "from the CPU count)",

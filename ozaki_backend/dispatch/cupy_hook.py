@@ -282,17 +282,19 @@ def _patch(module) -> None:
             setattr(module, name, w)
 
 
-#: The variable that turns the CuPy interception on (off by default: on the H200 its
-#: routed products did not yet all match the explicit call's bits, and a CuPy
-#: conjugate-gradient loop did not converge with it — docs/gpu-arrays.md).
-OPT_IN = "OZAKI_BACKEND_CUPY"
+#: The variable that turns the CuPy interception off (``0``/false/no/off). On by
+#: default: on the H200 every routed cuBLAS call gave the bits of ``matmul`` on the
+#: operands CuPy handed cuBLAS, and unmodified CuPy code (a block CG loop,
+#: ``cupyx.scipy.linalg.expm``) ran as with CuPy alone (tests/gpu_arrays/).
+SWITCH = "OZAKI_BACKEND_CUPY"
 
 
-def opted_in() -> bool:
-    """Whether ``OZAKI_BACKEND_CUPY`` asks for the CuPy interception (1/true/yes/on)."""
+def wanted() -> bool:
+    """Whether the CuPy interception is wanted: unless ``OZAKI_BACKEND_CUPY`` says
+    0/false/no/off (any other value, or none, leaves it on)."""
     import os
 
-    return os.environ.get(OPT_IN, "").strip().lower() in ("1", "true", "yes", "on")
+    return os.environ.get(SWITCH, "").strip().lower() not in ("0", "false", "no", "off")
 
 
 def install() -> None:

@@ -66,7 +66,7 @@ def install() -> None:
             return
         loophook.install()
         _install_wrappers()
-        if cupy_hook.opted_in():
+        if cupy_hook.wanted():
             cupy_hook.install()
         torch_hook.install()
         _installed = True

@@ -1,6 +1,7 @@
-"""The CuPy interception is opt-in (``OZAKI_BACKEND_CUPY``): without it the first
-scope installs no hook and does not even watch for CuPy's cuBLAS module, so CuPy code
-runs untouched; with it the hook waits for that module. Each case runs in a fresh
+"""The CuPy interception is on unless ``OZAKI_BACKEND_CUPY`` turns it off: by default
+the first scope's install waits for CuPy's cuBLAS module (or patches it); with
+``OZAKI_BACKEND_CUPY=0`` it installs no hook and does not even watch for the module, so
+CuPy code runs untouched. Each case runs in a fresh
 process, since installing is once per process."""
 
 import os
@@ -27,8 +28,8 @@ def _hooked(value):
 
 
 @pytest.mark.parametrize("value, hooked", [
-    (None, False), ("", False), ("0", False), ("no", False),
-    ("1", True), ("true", True), ("ON", True), (" yes ", True),
+    (None, True), ("", True), ("1", True), ("yes", True),
+    ("0", False), ("no", False), (" OFF ", False), ("False", False),
 ])
-def test_the_cupy_hook_is_installed_only_when_asked_for(value, hooked):
+def test_the_cupy_hook_is_installed_unless_turned_off(value, hooked):
     assert _hooked(value) is hooked

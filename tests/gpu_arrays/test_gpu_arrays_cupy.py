@@ -258,8 +258,8 @@ def test_an_unmodified_cupy_script_reports_routed_products_at_exit(cupy, tmp_pat
     import importlib.util
 
     (tmp_path / "script.py").write_text(SCRIPT)
-    env = dict(os.environ, OZAKI_BACKEND_MIN_SIZE="0", OZAKI_BACKEND_STATS="1",
-               OZAKI_BACKEND_CUPY="1")     # the CuPy interception is opt-in
+    env = {k: v for k, v in os.environ.items() if k != "OZAKI_BACKEND_CUPY"}
+    env.update(OZAKI_BACKEND_MIN_SIZE="0", OZAKI_BACKEND_STATS="1")   # CuPy: on by default
     cmds = [[sys.executable, "-m", "ozaki_backend", "run", "script.py"]]
     if importlib.util.find_spec("_ozaki_backend_start") is not None:
         cmds.append([sys.executable, "script.py"])    # OZAKI_BACKEND=1 (the .pth hook)
