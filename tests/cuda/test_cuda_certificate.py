@@ -75,12 +75,13 @@ def test_count_windows_find_the_reference_count(name, ops):
     """The kept bits of a window of counts and the search within it give the reference's
     count and failures wherever the window is: settled inside it, or searched again
     over every count."""
-    from ozaki_backend.cuda import pipeline
+    from ozaki_backend.cuda import certificate as ccert
+    from ozaki_backend.cuda import prepared
     from ozaki_backend.cuda._common import REAL_TABLE
     from ozaki_backend.spec.certificate import count_window
     A, B = ops
     _, G14, _, ch = _reference_choice(A, B)
-    prep = pipeline.Prepared(cupy.asarray(A), cupy.asarray(B), "accurate")
+    prep = prepared.Prepared(cupy.asarray(A), cupy.asarray(B), "accurate")
     m, n = A.shape[0], B.shape[1]
     seen = set()
     for start in range(len(REAL_TABLE.counts)):
@@ -89,7 +90,7 @@ def test_count_windows_find_the_reference_count(name, ops):
         prep._kept(prep.btiles, prep.bm)
         host = prep._again()
         if prep.gathers is not None:
-            seen.add(pipeline.certificate.decide(host, prep.window, m * n) is not None)
+            seen.add(ccert.decide(host, prep.window, m * n) is not None)
         dec = prep.count(host)          # the gathers (first time), the full search
         assert (prep.gathers is None) == (G14 is None), start
         assert (dec.n_moduli, dec.failing) == (ch.n_moduli, ch.failing), start
@@ -103,10 +104,10 @@ def test_gathers_and_gate_match_reference(name, ops):
     """The entries below the bound GEMM's window, the gate and the gathered bounds of
     every element, bitwise."""
     from ozaki_backend.cuda import certificate as ccert
-    from ozaki_backend.cuda import pipeline
+    from ozaki_backend.cuda import prepared
     A, B = ops
     st, G14, _, _ = _reference_choice(A, B)
-    prep = pipeline.Prepared(cupy.asarray(A), cupy.asarray(B), "accurate")
+    prep = prepared.Prepared(cupy.asarray(A), cupy.asarray(B), "accurate")
     np.testing.assert_array_equal(prep.a.Z.get(), st.zA)
     np.testing.assert_array_equal(prep.b.Z.get(), st.zB)
     host = prep.status(True).get()
@@ -122,12 +123,12 @@ def test_gathers_and_gate_match_reference(name, ops):
 @pytest.mark.parametrize("mode", ["fast", "accurate"])
 @pytest.mark.parametrize("name,ops", list(_cases()), ids=lambda x: x if isinstance(x, str) else "")
 def test_statistics_and_shifts_match_reference(name, ops, mode):
-    from ozaki_backend.cuda import pipeline
+    from ozaki_backend.cuda import prepared
 
     A, B = ops
     Ae, Be, _ = req.equilibrate(A, B)
     st = rsc.statistics(Ae, Be, mode)
-    prep = pipeline.Prepared(cupy.asarray(A), cupy.asarray(B), mode)
+    prep = prepared.Prepared(cupy.asarray(A), cupy.asarray(B), mode)
     a, b = prep.a, prep.b
     np.testing.assert_array_equal(a.E.get(), st.E)
     np.testing.assert_array_equal(b.E.get(), st.F)
@@ -175,17 +176,17 @@ def test_statistics_and_shifts_match_reference(name, ops, mode):
 
 @pytest.mark.parametrize("mode", ["fast", "accurate"])
 def test_certificate_with_a_tiled_bound_gemm(mode):
-    from ozaki_backend.cuda import pipeline
+    from ozaki_backend.cuda import workspace
 
     rng = np.random.default_rng(5)
     A, B = phi_matrix((150, 70), 2.0, rng), phi_matrix((70, 130), 2.0, rng)
     C_ref, b_ref = ob.matmul(A, B, mode=mode, engine="cpu", return_bound=True)
-    pipeline.TILE_OVERRIDE = (64, 48)
+    workspace.TILE_OVERRIDE = (64, 48)
     try:
         C, bound = ob.matmul(cupy.asarray(A), cupy.asarray(B), mode=mode, engine="cuda",
                              return_bound=True)
     finally:
-        pipeline.TILE_OVERRIDE = None
+        workspace.TILE_OVERRIDE = None
     assert_same_bits(C, C_ref)
     assert_same_bits(bound, b_ref)
 

@@ -285,7 +285,7 @@ def test_embedding_statistics_and_tied_shifts(cupy, name, mode, tile):
     two GEMMs of the parts' size (whole, and in tiles of both halves), the tied shifts
     at every count and the certificate's count over the complex table are the
     reference's, which embeds the parts and applies the real rules."""
-    from ozaki_backend.cuda import pipeline
+    from ozaki_backend.cuda import workspace
     from ozaki_backend.cuda import complex as ccx
     from ozaki_backend.cuda._common import COMPLEX_TABLE
     from ozaki_backend.reference import scaling as rsc
@@ -294,12 +294,12 @@ def test_embedding_statistics_and_tied_shifts(cupy, name, mode, tile):
                                   B.imag.copy())
     st = rsc.statistics(*rcx.embed(*parts), mode)
     dA, dB = cupy.asarray(A), cupy.asarray(B)
-    pipeline.TILE_OVERRIDE = tile
+    workspace.TILE_OVERRIDE = tile
     try:
         dparts, prep = ccx.prepare(dA.real, dA.imag, dB.real, dB.imag, mode)
         d = prep.data()
     finally:
-        pipeline.TILE_OVERRIDE = None
+        workspace.TILE_OVERRIDE = None
     for got, ref in zip(dparts.scaled(), parts):
         assert_same_bits(got.get(), ref)
     a, b = prep.a, prep.b
@@ -407,16 +407,16 @@ def test_interleaved_views_and_transposes(cupy):
 def test_tiled_integer_product_bitwise(cupy, tile, kw):
     """Output tiles (forced small) give the same bits and bounds: every element is
     computed alone."""
-    from ozaki_backend.cuda import pipeline
+    from ozaki_backend.cuda import workspace
     rng = np.random.default_rng(21)
     A, B = cmat((70, 90), 2.0, rng), cmat((90, 50), 2.0, rng)
     ref, rb = ob.matmul(A, B, engine="cpu", return_bound=True, **kw)
-    pipeline.TILE_OVERRIDE = tile
+    workspace.TILE_OVERRIDE = tile
     try:
         got, gb = ob.matmul(A, B, engine="cuda", return_bound=True, **kw)
         dev = ob.matmul(cupy.asarray(A), cupy.asarray(B), engine="cuda", **kw)
     finally:
-        pipeline.TILE_OVERRIDE = None
+        workspace.TILE_OVERRIDE = None
     assert_same_bits(got, ref)
     assert_same_bits(gb, rb)
     assert_same_bits(dev.get(), ref)
@@ -447,7 +447,7 @@ def test_out_of_memory_retries_then_falls_back(cupy, monkeypatch):
     """An out-of-memory error retries with half the budget (same bits); repeated ones end
     in ZGEMM with a warning."""
     from ozaki_backend.cuda import complex as ccx
-    from ozaki_backend.cuda import pipeline
+    from ozaki_backend.cuda import workspace
     rng = np.random.default_rng(23)
     A, B = cmat((40, 60), 1.0, rng), cmat((60, 30), 1.0, rng)
     ref = ob.matmul(A, B, engine="cpu")
@@ -455,7 +455,7 @@ def test_out_of_memory_retries_then_falls_back(cupy, monkeypatch):
     budgets = []
 
     def flaky(*args, **kw):
-        budgets.append(pipeline.workspace_budget())
+        budgets.append(workspace.workspace_budget())
         if len(budgets) == 1:
             raise cupy.cuda.memory.OutOfMemoryError(1 << 40, 0)
         return real(*args, **kw)

@@ -19,7 +19,7 @@ from bits import assert_same_bits
 cupy = pytest.importorskip("cupy")
 pytestmark = pytest.mark.gpu
 
-from ozaki_backend.cuda import pipeline  # noqa: E402  (needs CuPy)
+from ozaki_backend.cuda import pipeline, shape_memory  # noqa: E402  (needs CuPy)
 
 SHAPE = (48, 260, 40)     # m, k, n: one shape for every case, so the guesses carry over
 
@@ -47,7 +47,7 @@ def test_guessed_counts_right_and_wrong_give_the_reference_bits(mode):
     engine's bits (the native fallback's: cuBLAS's), outcome and count."""
     seq = ["phi0.5", "phi0.5", "phi2", "phi2", "phi0.5", "phi4", "phi1", "cancellation",
            "phi2", "phi0.5", "phi0.5"]
-    before = dict(pipeline.GUESSES)
+    before = dict(shape_memory.GUESSES)
     counts = set()
     for i, name in enumerate(seq):
         A, B = _operands(name, 100 + i)
@@ -59,8 +59,8 @@ def test_guessed_counts_right_and_wrong_give_the_reference_bits(mode):
         assert mod == mod0, (name, mod, mod0)
         assert_same_bits(C, (dA @ dB).get() if "native fallback" in out else C0)
     assert len(counts) > 1, counts       # the sequence does change the count
-    assert pipeline.GUESSES["right"] > before["right"]
-    assert pipeline.GUESSES["wrong"] > before["wrong"]
+    assert shape_memory.GUESSES["right"] > before["right"]
+    assert shape_memory.GUESSES["wrong"] > before["wrong"]
 
 
 def test_a_wrong_guess_leaves_c_intact_for_an_in_place_update():
@@ -73,12 +73,13 @@ def test_a_wrong_guess_leaves_c_intact_for_an_in_place_update():
     for A, B in ((A1, B1), (A1, B1), (A2, B2)):     # the third guesses the first's count
         C0 = np.random.default_rng(3).standard_normal((m, n))
         want = apply_alpha_beta(ref_2d(A, B, plan), 0.5, -2.0, C0)
-        before = dict(pipeline.GUESSES)
+        before = dict(shape_memory.GUESSES)
         C = cupy.asarray(C0)
         pipeline.product_into(cupy.asarray(A), cupy.asarray(B), plan, C, alpha=0.5,
                               beta=-2.0, C0=C, check_finite=True)
         assert_same_bits(C, want)
-    assert pipeline.GUESSES["wrong"] == before["wrong"] + 1, "the last guess was not wrong"
+    assert shape_memory.GUESSES["wrong"] == before["wrong"] + 1, \
+        "the last guess was not wrong"
 
 
 def test_inf_nan_after_a_guess_takes_the_native_path():
@@ -88,14 +89,14 @@ def test_inf_nan_after_a_guess_takes_the_native_path():
     dA, dB = cupy.asarray(A), cupy.asarray(B)
     for _ in range(2):
         ob.matmul(dA, dB, engine="cuda")
-    before = dict(pipeline.GUESSES)
+    before = dict(shape_memory.GUESSES)
     A[3, 7] = np.nan
     B[0, 2] = np.inf
     dA, dB = cupy.asarray(A), cupy.asarray(B)
     got = ob.matmul(dA, dB, engine="cuda").get()
     assert_same_bits(got, (dA @ dB).get())
     assert np.isnan(got[3]).all()
-    assert pipeline.GUESSES["wrong"] == before["wrong"] + 1
+    assert shape_memory.GUESSES["wrong"] == before["wrong"] + 1
 
 
 @pytest.mark.parametrize("N", [4, 12, 20])
@@ -109,20 +110,20 @@ def test_fixed_counts_read_back_after_their_gemms(N):
     ob.reset_stats()
     ref = plan.matmul(A, B, engine="cpu")
     out0 = ob.stats()["certificate"]
-    before = dict(pipeline.GUESSES)
+    before = dict(shape_memory.GUESSES)
     ob.reset_stats()
     got = plan.matmul(cupy.asarray(A), cupy.asarray(B), engine="cuda").get()
     assert_same_bits(got, ref)
     assert ob.stats()["certificate"] == out0
-    assert pipeline.GUESSES["right"] == before["right"] + 1
+    assert shape_memory.GUESSES["right"] == before["right"] + 1
 
 
 def test_a_shape_that_went_native_for_its_count_stays_native_until_the_probe(monkeypatch):
     """``emulation="performant"``: once a shape's count made native DGEMM the cheaper
     product, the next calls of that shape run cuBLAS's DGEMM without preparing the
     operands (the statistics would only decide the same again); every
-    :data:`~pipeline.NATIVE_PROBE` calls the data are read again, and when the emulation
-    is the cheaper one again it computes the reference's bits."""
+    :data:`~shape_memory.NATIVE_PROBE` calls the data are read again, and when the
+    emulation is the cheaper one again it computes the reference's bits."""
     from ozaki_backend.cuda import costs
 
     monkeypatch.setattr(costs, "native_faster", lambda *a, **k: False)   # no early native
@@ -136,7 +137,7 @@ def test_a_shape_that_went_native_for_its_count_stays_native_until_the_probe(mon
             prepared.append(1)
             super().__init__(*a, **k)
 
-    monkeypatch.setattr(pipeline, "Prepared", Counted)
+    monkeypatch.setattr(pipeline, "Prepared", Counted)    # the driver's name for it
     A, B = _operands("phi1", 7)
     dA, dB = cupy.asarray(A), cupy.asarray(B)
     native = (dA @ dB).get()
@@ -149,7 +150,7 @@ def test_a_shape_that_went_native_for_its_count_stays_native_until_the_probe(mon
     C, out = call()
     assert out == {"native (faster)": 1} and len(prepared) == 1
     assert_same_bits(C, native)
-    for _ in range(pipeline.NATIVE_PROBE - 1):
+    for _ in range(shape_memory.NATIVE_PROBE - 1):
         C, out = call()
         assert out == {"native (faster)": 1}
         assert_same_bits(C, native)

@@ -134,7 +134,7 @@ def test_stacked_and_broadcast_operands():
 
 @pytest.mark.parametrize("mode", ["fast", "accurate"])
 def test_poisoned_output_every_element_written(mode):
-    from ozaki_backend.cuda import pipeline
+    from ozaki_backend.cuda import workspace
 
     rng = np.random.default_rng(8)
     m, k, n = 150, 40, 170
@@ -142,14 +142,14 @@ def test_poisoned_output_every_element_written(mode):
     plan = Plan(m, n, k, moduli=13, mode=mode)
     ref = _ref(a, b, plan)
     for tile in (None, (64, 48), (150, 32)):
-        pipeline.TILE_OVERRIDE = tile
+        workspace.TILE_OVERRIDE = tile
         try:
             out = cupy.full((m, n), np.nan)
             res = plan.matmul(cupy.asarray(a), cupy.asarray(b), engine="cuda", out=out)
             assert res is out
             got = out.get()
         finally:
-            pipeline.TILE_OVERRIDE = None
+            workspace.TILE_OVERRIDE = None
         assert not np.isnan(got).any()
         assert_same_bits(got, ref)
     # a strided out= view, poisoned around it

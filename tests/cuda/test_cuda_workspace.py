@@ -18,7 +18,7 @@ from bits import assert_same_bits
 cupy = pytest.importorskip("cupy")
 pytestmark = pytest.mark.gpu
 
-from ozaki_backend.cuda import pipeline  # noqa: E402  (needs CuPy)
+from ozaki_backend.cuda import pipeline, workspace  # noqa: E402  (needs CuPy)
 
 
 def _data(shape, seed):
@@ -51,17 +51,17 @@ def test_the_high_water_mark_stays_within_the_budget():
     A, B = _data((1024, 2048), 3), _data((2048, 1024), 4)
     dA, dB = cupy.asarray(A), cupy.asarray(B)
     ob.matmul(dA, dB, engine="cuda")
-    free_peak = pipeline.last_workspace_peak()
+    free_peak = workspace.last_workspace_peak()
     budget = 48 << 20      # unbounded: about 134 MB for 16 moduli; 256^2 tiles: 26 MB
     ob.matmul(dA, dB, engine="cuda", workspace=budget)
-    peak = pipeline.last_workspace_peak()
+    peak = workspace.last_workspace_peak()
     assert peak <= budget + _stats_slack(1024, 1024)
     assert peak < free_peak
 
 
 def test_phases_report_the_high_water_mark():
     A, B = cupy.asarray(_data((300, 200), 5)), cupy.asarray(_data((200, 100), 6))
-    ph = pipeline.Phases()
+    ph = workspace.Phases()
     out = cupy.empty((300, 100))
     pipeline.product_into(A, B, ob.plan(300, 100, 200), out, phases=ph)
     assert ph.workspace_peak and ph.workspace_peak > 0
@@ -69,9 +69,9 @@ def test_phases_report_the_high_water_mark():
 
 def test_the_environment_budget_is_read_when_no_option_is_given(monkeypatch):
     monkeypatch.setenv("OZAKI_BACKEND_WORKSPACE", "5MiB")
-    assert pipeline.workspace_budget(free=1 << 40) == 5 << 20
+    assert workspace.workspace_budget(free=1 << 40) == 5 << 20
     monkeypatch.setenv("OZAKI_BACKEND_WORKSPACE", "")
-    assert pipeline.workspace_budget(free=1 << 40) == 16 << 30
+    assert workspace.workspace_budget(free=1 << 40) == 16 << 30
 
 
 def _oom():
@@ -85,7 +85,7 @@ def test_an_out_of_memory_error_retries_with_half_the_budget(monkeypatch):
     budgets = []
 
     def flaky(*args, **kw):
-        budgets.append(pipeline.workspace_budget())
+        budgets.append(workspace.workspace_budget())
         if len(budgets) == 1:
             raise _oom()
         return real(*args, **kw)
@@ -168,7 +168,7 @@ def test_budgets_below_the_smallest_tile_split_k_without_changing_a_bit(mode):
         warnings.simplefilter("error", NativeFallbackWarning)
         got = ob.matmul(dA, dB, engine="cuda", mode=mode, workspace=40 * 10 ** 6)
     assert_same_bits(got.get(), ref)
-    assert pipeline.last_workspace_peak() <= 40 * 10 ** 6 + _stats_slack(300, 280)
+    assert workspace.last_workspace_peak() <= 40 * 10 ** 6 + _stats_slack(300, 280)
 
 
 def test_one_memory_query_follows_the_pool():
