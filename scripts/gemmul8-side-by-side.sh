@@ -1,156 +1,94 @@
 #!/usr/bin/env bash
-# GEMMul8 side by side: run GEMMul8's own DGEMM benchmark (the INT8 Ozaki-II library
-# by RIKEN R-CCS, v2.0.14, GitHub RIKEN-RCCS/GEMMul8) on the GPU machine, in
-# the same device call as our bench, so that both see the same GPU, driver and cuBLAS.
+# GEMMul8 side by side: cuBLAS DGEMM, ours and GEMMul8 3.0.5 (the INT8 Ozaki-II library
+# of Uchino, Ozaki and Imamura; UCHINO-Yuki/GEMMul8 @ f9b626b) in its accurate mode, its
+# stock fast mode and a "3.5-style" fast mode (GEMMul8 3.5.0's scale-invariant fast
+# shift ported into the 3.0.5 build), timed in ONE Python process on the same CuPy
+# operands by scripts/peer_side_by_side.py (its docstring says what is measured and how).
 #
-#   bash scripts/gemmul8-side-by-side.sh [driver options]
-#     e.g. --sizes 4096,8192,16384 --phis -1,0.5,1 --moduli 12-20 --modes fast,accu
-#          --warmup 3 --reps 10 --oz1 0|1   (these are the defaults, except --oz1 0)
+#   bash scripts/gemmul8-side-by-side.sh [peer_side_by_side.py options]
+#     e.g. --quick  (4096^3 and 8191^3, phi -1, moduli 14-16: a first check)
+#          --shapes 4096,8192x2048x8192 --phis -1,1,2 --moduli 13-18   (defaults:
+#          shapes 4096,8192,16384,10000,8191, phis -1,1,2, moduli 13-18)
 #
-# Nothing of GEMMul8 is in this repository. The untracked folder .gemmul8/ (listed in
-# .git/info/exclude, carried to the device with run(carry=[".gemmul8"])) holds:
-#   build/libgemmul8.a        GEMMul8's src/gemmul8.cu, compiled on the dev machine
-#                             (nvcc 13.0, -gencode arch=compute_90,code=sm_90, cuBLAS 13.1 headers)
-#   build/sbs_flops.o         bench/sbs_flops.cu: GEMMul8's testing/test_flops.hpp for DGEMM
-#   build/sbs_flops_nooz1.o   with the sweep made configurable (same without cuBLAS Ozaki-I)
-#   bin/sbs_flops             the same, linked on the dev machine (fallback when nvcc is absent)
-#   src/, bench/, BUILD.txt   the sources these were built from, and how
-# Here the objects are linked with the device's nvcc against the device's cuBLAS/cuBLASLt
-# (searched for in the CUDA toolkit, the system and Python's nvidia-* wheels), then run
-# under `timeout`. Raw output goes to $OUT/gemmul8.log (or /tmp/gemmul8-sbs/ without OUT);
-# a compact table is printed last: one row per (n, mode, moduli) with TFLOPS (timed at the
-# first phi only) and, for every phi, max/median relative error against the testing
-# program's double-double reference.
+# Nothing of GEMMul8 is in this repository. The untracked folder .gemmul8/ (in
+# .gitignore) holds, built on the dev machine by .gemmul8/build.sh (.gemmul8/BUILD.txt):
+#   lib/libg8sbs_305.so     GEMMul8 3.0.5's DGEMM/INT8 path for sm_90 + an extern "C"
+#                           shim (g8_worksize, g8_dgemm, ...), cudart static, cuBLAS and
+#                           cuBLASLt 13 by soname (the device's Python nvidia/cu13/lib copies)
+#   lib/libg8sbs_35fast.so  the same with the 3.5.0 fast shift (patches/fast-shift-3.5.patch)
+#   build/obj/*.o           the objects they were linked from (used here only to relink
+#                           with this machine's nvcc if the prebuilt libraries don't load)
+#   src/, wrapper/, patches/, build.sh, BUILD.txt   sources and how they were built
+# Carry to the device: run(carry=[".gemmul8", ".whl"]) (32 MiB; the parts used are lib/,
+# build/obj/ and wrapper/exports.map). .whl/ holds array-api-compat, installed to
+# /tmp/ozaki-site as scripts/gpu-check.sh does; this checkout goes first on PYTHONPATH.
 #
-# Time limits: GEMMUL8_LINK_TIMEOUT (default 60 s), GEMMUL8_RUN_TIMEOUT (default 200 s).
+# Output: the driver's progress and tables, the compact table last; a log in
+# $OUT/peer-side-by-side.log and the JSON in $OUT/peer-side-by-side.json (or under
+# /tmp/peer-sbs without OUT). Time limit: PEER_SBS_TIMEOUT (default 540 s).
 set -uo pipefail
+ARGS=("$@")
 cd "$(dirname "$0")/.."
 G=$PWD/.gemmul8
-LOGDIR=${OUT:-/tmp/gemmul8-sbs}
-mkdir -p "$LOGDIR"
-LOG=$LOGDIR/gemmul8.log
-WORK=$(mktemp -d /tmp/gemmul8-sbs.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
+export OUT=${OUT:-/tmp/peer-sbs}
+mkdir -p "$OUT"
+LOG=$OUT/peer-side-by-side.log
+export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 die() { echo "gemmul8-side-by-side: ERROR: $*" | tee -a "$LOG" >&2; exit 2; }
 : >"$LOG"
 
-[ -d "$G" ] || die ".gemmul8/ is missing: carry it to the device (run(carry=[\".gemmul8\"]))"
-for f in build/libgemmul8.a build/sbs_flops.o build/sbs_flops_nooz1.o; do
-  [ -s "$G/$f" ] || die ".gemmul8/$f is missing (rebuild it on the dev machine)"
-done
+[ -d "$G" ] || die ".gemmul8/ is missing: build it (bash .gemmul8/build.sh) and carry .gemmul8/lib"
 
-# ---- find the tools and libraries
-NVCC=$(command -v nvcc || true)
-[ -z "$NVCC" ] && for c in /usr/local/cuda/bin/nvcc /usr/local/cuda-*/bin/nvcc; do [ -x "$c" ] && NVCC=$c && break; done
-PYSITES=$(python3 -c 'import site, sys; print("\n".join(site.getsitepackages() + [site.getusersitepackages()] + sys.path))' 2>/dev/null || true)
-libdirs=()
-for d in /usr/local/cuda/lib64 /usr/local/cuda-*/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-         /usr/local/cuda-*/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu /usr/lib64; do
-  [ -d "$d" ] && libdirs+=("$d")
-done
-while IFS= read -r s; do
-  [ -n "$s" ] || continue
-  for d in "$s"/nvidia/cu13/lib "$s"/nvidia/cublas/lib "$s"/nvidia/curand/lib "$s"/nvidia/*/lib; do
-    [ -d "$d" ] && libdirs+=("$d")
-  done
-done <<<"$PYSITES"
-mapfile -t libdirs < <(printf '%s\n' "${libdirs[@]}" | xargs -r -n1 readlink -f | awk '!seen[$0]++')
-
-{
-  echo "== gemmul8-side-by-side $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  if command -v nvidia-smi >/dev/null; then
-    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
-  else
-    echo "nvidia-smi: not found"
-  fi
-  echo "nvcc: ${NVCC:-not found}"; [ -n "$NVCC" ] && "$NVCC" --version | tail -n 2
-  echo "libraries found:"
-  for d in "${libdirs[@]}"; do
-    for pat in 'libcublas.so*' 'libcublasLt.so*' 'libcurand.so*' 'libnvidia-ml.so*' 'libcudart.so*'; do
-      for f in "$d"/$pat; do [ -e "$f" ] && echo "  $f"; done
-    done
-  done
-} 2>&1 | tee -a "$LOG"
-
-# cuBLAS: prefer a directory whose libcublas has the cuBLAS >= 13.1 FP64-emulation API
-# (then the driver can also time cuBLAS's Ozaki-I with --oz1 1), and libcublasLt beside it.
-CUBLAS_DIR="" OBJ=sbs_flops_nooz1.o
-for d in "${libdirs[@]}"; do
-  if [ -e "$d/libcublas.so.13" ] && [ -e "$d/libcublasLt.so.13" ] &&
-     grep -q cublasSetFixedPointEmulationMantissaControl "$d/libcublas.so.13"; then
-    CUBLAS_DIR=$d OBJ=sbs_flops.o; break
-  fi
-done
-if [ -z "$CUBLAS_DIR" ]; then
-  for d in "${libdirs[@]}"; do
-    [ -e "$d/libcublas.so.13" ] && [ -e "$d/libcublasLt.so.13" ] && CUBLAS_DIR=$d && break
-  done
+# Python packages from .whl/ (array-api-compat), and this checkout first on the path.
+wheels=$(ls .whl/*.whl 2>/dev/null)
+if [ -n "$wheels" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/ozaki-site $wheels >>"$LOG" 2>&1 && export PYTHONPATH=/tmp/ozaki-site${PYTHONPATH:+:$PYTHONPATH}
 fi
-[ -n "$CUBLAS_DIR" ] || die "no libcublas.so.13 + libcublasLt.so.13 found in: ${libdirs[*]}"
-echo "using cuBLAS from $CUBLAS_DIR ($OBJ)" | tee -a "$LOG"
-export LD_LIBRARY_PATH=$CUBLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 
-# ---- link (seconds; the device code was compiled on the dev machine)
-BIN=$WORK/sbs_flops
-if [ -n "$NVCC" ]; then
-  timeout -k 5 "${GEMMUL8_LINK_TIMEOUT:-60}" "$NVCC" -gencode arch=compute_90,code=sm_90 -o "$BIN" \
-    "$G/build/$OBJ" "$G/build/libgemmul8.a" -L"$CUBLAS_DIR" -l:libcublas.so.13 -l:libcublasLt.so.13 \
-    -ldl -Xlinker -rpath="$CUBLAS_DIR" >>"$LOG" 2>&1 || { echo "link with $NVCC failed (see log)" | tee -a "$LOG"; BIN=""; }
-else
-  BIN=""
-fi
-if [ -z "$BIN" ]; then
-  [ -f "$G/bin/sbs_flops" ] && chmod +x "$G/bin/sbs_flops" 2>/dev/null
-  [ -x "$G/bin/sbs_flops" ] || die "cannot link (no nvcc or link failed) and no prebuilt .gemmul8/bin/sbs_flops"
-  BIN=$G/bin/sbs_flops
-  echo "using the prebuilt $BIN" | tee -a "$LOG"
-fi
-missing=$(ldd "$BIN" 2>/dev/null | grep "not found" || true)
-[ -z "$missing" ] || die "unresolved libraries for $BIN: $missing"
-
-# ---- run
-echo "== $BIN $*" >>"$LOG"
-t0=$(date +%s)
-timeout -k 10 "${GEMMUL8_RUN_TIMEOUT:-200}" "$BIN" "$@" >>"$LOG" 2>&1
+LIBDIR=$G/lib
+# The prebuilt libraries were linked on the dev machine's image; if they do not load
+# here (other system libraries), relink the carried objects with this machine's nvcc
+# against the cuBLAS that CuPy uses (seconds).
+python3 scripts/peer_side_by_side.py --check-libs --lib-dir "$LIBDIR" >>"$LOG" 2>&1
 rc=$?
-echo "== exit $rc after $(( $(date +%s) - t0 )) s" >>"$LOG"
-case $rc in
-  0) ;;
-  124|137) echo "gemmul8-side-by-side: timed out after ${GEMMUL8_RUN_TIMEOUT:-200} s; partial table below" ;;
-  *) echo "gemmul8-side-by-side: the benchmark failed (exit $rc); its last lines:"
-     sed -n '/^== .*sbs_flops/,$p' "$LOG" | grep -v '^[-0-9]' | tail -n 12 ;;
-esac
+if [ "$rc" != 0 ] && [ "$rc" != 3 ]; then     # 2: no CuPy or no GPU; relinking cannot help
+  die "$(grep 'peer_side_by_side: ERROR' "$LOG" | tail -n1)"
+fi
+if [ "$rc" = 3 ]; then
+  echo "prebuilt .gemmul8/lib does not load here ($(grep 'ERROR' "$LOG" | tail -n1)); relinking" | tee -a "$LOG"
+  NVCC=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc /usr/local/cuda-*/bin/nvcc 2>/dev/null | head -n1)
+  [ -n "$NVCC" ] || die "no nvcc here to relink .gemmul8/build/obj"
+  [ -s "$G/build/obj/g8sbs_305.o" ] || die ".gemmul8/build/obj is missing (carry it)"
+  CUBLAS_DIR=$(python3 scripts/peer_side_by_side.py --print-cublas-dir 2>>"$LOG" | tail -n1)
+  [ -n "$CUBLAS_DIR" ] || die "no libcublas.so.13 + libcublasLt.so.13 found"
+  LIBDIR=/tmp/g8sbs-lib; mkdir -p "$LIBDIR"
+  O=$G/build/obj
+  COMMON="$O/gemm_i8_d_d_d.o $O/worksize_real_i8.o $O/block_size_trsm.o $O/mod_hi2mid_real_i8_full.o
+          $O/accu_scaling_d_i8_full_nonunit_out_full.o $O/extract_d_i8_full_nonunit.o
+          $O/scaling_rowwise_d_i8_full_nonunit_conj0.o $O/undo_scaling_d_i8_full_d_d.o"
+  for pair in "libg8sbs_305.so:305" "libg8sbs_35fast.so:350"; do
+    name=${pair%%:*} v=${pair##*:}
+    timeout -k 5 120 "$NVCC" -gencode arch=compute_90,code=sm_90 -shared -cudart static -o "$LIBDIR/$name" \
+      "$O/g8sbs_$v.o" $COMMON "$O/fast_scaling_d_i8_full_nonunit_$v.o" \
+      -L"$CUBLAS_DIR" -l:libcublas.so.13 -l:libcublasLt.so.13 -ldl -lpthread -lrt \
+      -Xlinker -Bsymbolic -Xlinker --version-script="$G/wrapper/exports.map" >>"$LOG" 2>&1 \
+      || die "relinking $name failed (see $LOG)"
+  done
+  python3 scripts/peer_side_by_side.py --check-libs --lib-dir "$LIBDIR" >>"$LOG" 2>&1 \
+    || die "the relinked libraries do not load either (see $LOG)"
+fi
 
-# ---- compact table last
-echo "==== GEMMul8 v2.0.14 INT8 DGEMM emulation (full log: $LOG)"
-grep '^# ' "$LOG"
-# one row per (n, mode, moduli); TFLOPS from the timed (first) phi, errors for every phi
-awk -F, '
-  $1 ~ /^-?[0-9.e+-]+$/ && NF >= 8 {
-    fn = $5; mode = fn; mod = "-"
-    if (fn ~ /^OS2-/) { split(fn, p, "-"); mode = "gemmul8-" p[2]; mod = p[3] }
-    else if (fn ~ /^Oz1-/) { split(fn, p, "-"); mode = "cublas-ozaki1"; mod = p[2] "sl" }
-    else if (fn == "DGEMM") mode = "native-dgemm"
-    key = $2 SUBSEP mode SUBSEP mod
-    if (!(key in seen)) { seen[key] = 1; keys[++nk] = key }
-    phi = $1 + 0
-    if (!(phi in hasphi)) { hasphi[phi] = 1; phis[++np] = phi }
-    if ($8 != "") tf[key] = sprintf("%.1f", $8)
-    emax[key, phi] = $6; emed[key, phi] = $7
-  }
-  END {
-    if (!nk) { print "(no results)"; exit }
-    printf "%6s %-14s %-6s %7s", "n", "mode", "moduli", "TFLOPS"
-    for (i = 1; i <= np; i++) printf " %10s %10s", "max@" phis[i], "med@" phis[i]
-    printf "\n"
-    for (k = 1; k <= nk; k++) {
-      split(keys[k], f, SUBSEP)
-      printf "%6d %-14s %-6s %7s", f[1], f[2], f[3], ((keys[k] in tf) ? tf[keys[k]] : "-")
-      for (i = 1; i <= np; i++) {
-        if ((keys[k], phis[i]) in emax) printf " %10.2e %10.2e", emax[keys[k], phis[i]], emed[keys[k], phis[i]]
-        else printf " %10s %10s", "-", "-"
-      }
-      printf "\n"
-    }
-  }' "$LOG"
-exit $rc
+# ---- run (one process: cuBLAS, ours and both GEMMul8 builds on the same operands)
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm \
+  --format=csv >>"$LOG" 2>&1
+echo "== python3 scripts/peer_side_by_side.py --lib-dir $LIBDIR ${ARGS[*]:-}" >>"$LOG"
+t0=$(date +%s)
+timeout -k 10 "${PEER_SBS_TIMEOUT:-540}" python3 scripts/peer_side_by_side.py --lib-dir "$LIBDIR" "${ARGS[@]}" 2>&1 | tee -a "$LOG"
+rc=${PIPESTATUS[0]}
+echo "== exit $rc after $(( $(date +%s) - t0 )) s (log: $LOG)" | tee -a "$LOG"
+case $rc in
+  124|137) echo "gemmul8-side-by-side: timed out after ${PEER_SBS_TIMEOUT:-540} s (no table: rerun with fewer shapes or --budget-s)" ;;
+esac
+exit "$rc"
