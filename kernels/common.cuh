@@ -124,11 +124,13 @@ __device__ __forceinline__ u32 oz_alpha_down(double x, int E) {
 // sum is added to acc[i] (the thread's i-th row, i < OZ_QROWS) when acc is given, else
 // one lane adds it to SA (zero on entry). Threads past the last row or kpad only shuffle.
 #define OZ_QROWS (OZ_TR / 16)   // rows of a tile per thread
-template <class Quantise, class Store>
+// `quantise` returns the sum its row adds (an int, or a wider packed sum when `acc`
+// collects the block's sums: Acc is its type); without `acc` the sum is added to SA.
+template <class Quantise, class Store, class Acc = int>
 __device__ __forceinline__ void oz_quantize_rows(int row0, int col0, int rows, int kpad,
                                                  const int *__restrict__ E,
                                                  int *__restrict__ SA, Quantise quantise,
-                                                 Store store, int *acc = nullptr) {
+                                                 Store store, Acc *acc = nullptr) {
     int q = threadIdx.x & 15;
 #pragma unroll
     for (int i = 0; i < OZ_QROWS; ++i) {
@@ -136,14 +138,14 @@ __device__ __forceinline__ void oz_quantize_rows(int row0, int col0, int rows, i
         int gr = row0 + rr;
         int c = col0 + 4 * q;
         bool live = gr < rows && c < kpad;
-        int sum = quantise(rr, 4 * q, c, live ? E[gr] : 0, live);
+        auto sum = quantise(rr, 4 * q, c, live ? E[gr] : 0, live);
         for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
         if (!live) continue;
         store((long long)gr * kpad + c);
         if (acc)
             acc[i] += sum;
         else if (q == 0 && sum)
-            atomicAdd(SA + gr, sum);
+            atomicAdd(SA + gr, (int)sum);
     }
 }
 

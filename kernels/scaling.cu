@@ -331,8 +331,9 @@ extern "C" __global__ void oz_zero_rows(int *__restrict__ E, int rows) {
 // ---------------------------------------------------------------------------------
 // The bound GEMM's operand (spec §2.3): alpha = floor(|x| 2^(7 - E)) in [0, 127] as int8,
 // rows x kpad (zero padded), in the residue planes' layout; SA[r] += sum of the row's
-// alpha (SA zero on entry) and Z[r] += the row's non-zero entries whose alpha is 0 (Z
-// zero on entry, or null). Each block walks `tiles` consecutive tiles along k and adds
+// alpha (SA zero on entry), Z[r] += the row's non-zero entries whose alpha is 0 (Z
+// zero on entry, or null) and S2[r] += the sum of the row's alpha^2 (spec §10.1: the
+// bound of the row's 2-norm; zero on entry, or null). Each block walks `tiles` consecutive tiles along k and adds
 // its rows' sums once: with one atomic per row and tile, a 4096 x 65536 operand (1024
 // tiles per row; the blocks running at once share their rows) read only 1.7 TB/s,
 // against 3.5 for the residue kernel's same loads and stores (H200).
@@ -340,10 +341,10 @@ extern "C" __global__ void __launch_bounds__(256)
 oz_quantize_down(const double *__restrict__ X, i64 rs, i64 cs, int rows, int cols,
                  int rows_fast, const int *__restrict__ S, int ks, int kpad,
                  const int *__restrict__ E, i8 *__restrict__ Q, int *__restrict__ SA,
-                 int *__restrict__ Z, int tiles) {
+                 int *__restrict__ Z, u64 *__restrict__ S2, int tiles) {
     __shared__ double tile[OZ_TR][OZ_TK + 1];
     int row0 = blockIdx.y * OZ_TR;
-    int acc[OZ_QROWS] = {};
+    u64 acc[OZ_QROWS] = {};
     u32 word;
     for (int t = 0; t < tiles; ++t) {
         int col0 = (blockIdx.x * tiles + t) * OZ_TK;
@@ -357,16 +358,18 @@ oz_quantize_down(const double *__restrict__ X, i64 rs, i64 cs, int rows, int col
             row0, col0, rows, kpad, E, SA,
             [&](int rr, int tc, int, int Er, bool live) {
                 word = 0;
-                int sum = 0;
+                u64 sum = 0;
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
                     double x = live ? tile[rr][tc + j] : 0.0;
                     u32 a = live ? oz_alpha_down(x, Er) : 0u;
                     word |= (a & 0xffu) << (8 * j);
                     // the alpha sum in the low 20 bits, the entries below the window
-                    // (x != 0, alpha = 0) above: both stay within their fields over
-                    // 16 lanes and 16 tiles (8128 * 16 < 2^20, 64 * 16 < 2^11)
-                    sum += (int)a + ((x != 0.0 && a == 0u) ? (1 << 20) : 0);
+                    // (x != 0, alpha = 0) in bits 20-30, the sum of alpha^2 in the high
+                    // 32: each stays within its field over 16 lanes and 16 tiles (8128 *
+                    // 16 < 2^20, 64 * 16 < 2^11, 64 * 16 * 127^2 < 2^32)
+                    sum += (u64)a + ((x != 0.0 && a == 0u) ? (1ull << 20) : 0ull) +
+                           ((u64)(a * a) << 32);
                 }
                 return sum;
             },
@@ -377,8 +380,11 @@ oz_quantize_down(const double *__restrict__ X, i64 rs, i64 cs, int rows, int col
     for (int i = 0; i < OZ_QROWS; ++i) {
         int gr = row0 + (threadIdx.x >> 4) + 16 * i;
         if (gr < rows && acc[i]) {
-            if (acc[i] & 0xfffff) atomicAdd(SA + gr, acc[i] & 0xfffff);
-            if (Z && (acc[i] >> 20)) atomicAdd(Z + gr, acc[i] >> 20);
+            int sa = (int)(acc[i] & 0xfffffu), z = (int)((acc[i] >> 20) & 0x7ffu);
+            u64 s2 = acc[i] >> 32;
+            if (sa) atomicAdd(SA + gr, sa);
+            if (Z && z) atomicAdd(Z + gr, z);
+            if (S2 && s2) atomicAdd(S2 + gr, s2);
         }
     }
 }
@@ -620,12 +626,14 @@ extern "C" __global__ void oz_shifts_for(const int *__restrict__ kept, int rows,
 // Stage 5: the certificate (spec §10; the element-wise arithmetic in certificate.cuh).
 
 // Per row (of A, or of B^T) and count: f[c][r] = [s < x] 2^(60 - b) with b = kept[c][r]
-// and s = b - E (0 for an all-zero row); q[r] = SA + n and rq[r] = sqrt(q) (correctly
-// rounded): the factors of each term of the element's excess x (f q) and spread w
-// (f rq), so that the per-element test is four products and two rounded additions.
+// and s = b - E (0 for an all-zero row); q[r] = SA + n and rq[r] = sqrt(min(q,
+// (S2 + 2 SA + n) / 128)) (correctly rounded; sqrt(q) where S2 is null): the factors of
+// each term of the element's excess x (f q) and spread w (f rq), so that the
+// per-element test is four products and two rounded additions (spec §10.1).
 extern "C" __global__ void oz_cert_factors(const int *__restrict__ kept, int rows,
                                            const int *__restrict__ E, const int *__restrict__ X,
                                            const int *__restrict__ n, const int *__restrict__ SA,
+                                           const u64 *__restrict__ S2,
                                            double *__restrict__ f, double *__restrict__ q,
                                            double *__restrict__ rq) {
     int r = blockIdx.x * blockDim.x + threadIdx.x;
@@ -633,7 +641,9 @@ extern "C" __global__ void oz_cert_factors(const int *__restrict__ kept, int row
     int Er = E[r], xr = X[r], nr = n[r];
     double qr = (double)(SA[r] + nr);
     q[r] = qr;
-    rq[r] = __dsqrt_rn(qr);
+    // sum over the non-zero entries of (alpha + 1)^2, an integer below 2^53: exact
+    double q2 = S2 ? ldexp((double)(S2[r] + 2ull * (u64)SA[r] + (u64)nr), -7) : qr;
+    rq[r] = __dsqrt_rn(fmin(qr, q2));
     for (int c = 0; c < OZ_NN; ++c) {
         int b = kept[(i64)c * rows + r];
         int sr = nr ? b - Er : 0;

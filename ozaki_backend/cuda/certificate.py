@@ -47,8 +47,9 @@ def _fn(name):
 
 
 def factors(side: Side, table: CountTable):
-    """``(f, q, rq)``: the per-count factor table (NN x rows), ``SA + n`` and its
-    correctly rounded square root, of one operand (``oz_cert_factors``)."""
+    """``(f, q, rq)``: the per-count factor table (NN x rows), ``SA + n`` and the
+    2-norm factor (:func:`~ozaki_backend.spec.certificate.norm_factor`, correctly
+    rounded), of one operand (``oz_cert_factors``)."""
     rows = side.E.shape[0]
     f = cupy.empty((len(table.counts), rows), dtype=np.float64)
     q = cupy.empty(rows, dtype=np.float64)
@@ -56,7 +57,7 @@ def factors(side: Side, table: CountTable):
     if rows:
         kernel("oz_cert_factors", table)(
             (blocks(rows),), (256,), (side.kept, np.int32(rows), side.E, side.X, side.n,
-                                      side.SA, f, q, rq))
+                                      side.SA, side.S2, f, q, rq))
     return f, q, rq
 
 
@@ -294,11 +295,19 @@ def data(a: Side, b: Side, bm: BoundMatrix, tiles, k, gathers: Gathers | None = 
             G14[i0:i1, j0:j1] = g16_values(gathers.tile(i0, i1, j0, j1))
     f64 = np.float64
     QA, QB = (a.SA + a.n).astype(f64), (b.SA + b.n).astype(f64)
+    RA, RB = _norm_factor(a, QA), _norm_factor(b, QB)
     return spec.CertData(k, a.E.astype(np.int64), b.E.astype(np.int64),
                          a.X.astype(np.int64), b.X.astype(np.int64), QA, QB,
                          a.n.astype(f64), b.n.astype(f64), a.lo.astype(np.int64),
                          a.hi.astype(np.int64), b.lo.astype(np.int64), b.hi.astype(np.int64),
-                         P, cupy.sqrt(QA), cupy.sqrt(QB), G14)
+                         P, RA, RB, G14)
+
+
+def _norm_factor(side: Side, Q):
+    """The 2-norm factor ``RA`` of one operand's rows (as ``oz_cert_factors``)."""
+    f64 = np.float64
+    S2 = None if side.S2 is None else side.S2.astype(f64)
+    return spec.norm_factor(Q, S2, side.SA.astype(f64), side.n.astype(f64))
 
 
 def g16_values(G):

@@ -144,14 +144,18 @@ def _attempt(a, b, plan, out, check_finite, phases):
                 return None
             dec = prep.count(host, None if plan.adaptive else plan.n_moduli)
             if plan.adaptive:
-                if dec.failing or dec.direct:
-                    # The a-posteriori test and the direct elements need the whole
-                    # result on the device.
+                N = dec.n_moduli
+                if dec.failing and not dec.direct:
+                    # The a-posteriori test needs the whole result on the device: out
+                    # of core the count every element passes a priori is used instead
+                    # (certified; its bits can differ from the in-memory product's).
+                    N = prep.all_pass(dec)
+                if dec.direct or N is None:
                     warn_native("out of core, the product needs the a-posteriori test "
                                 "or direct elements on the whole result")
                     _stats.record_certificate(pipeline.NATIVE)
                     return None
-                N, outcome = dec.n_moduli, pipeline.CERTIFIED
+                outcome = pipeline.CERTIFIED
             else:
                 N = plan.n_moduli
                 outcome = pipeline.CERTIFIED if dec.failing == 0 else pipeline.UNCERTIFIED

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..spec import certificate as spec
 from . import certificate, scaling
-from ._common import KPAD, REAL_TABLE, round_up
+from ._common import GEMM_KPAD, KPAD, REAL_TABLE, round_up
 from .scaling import BoundMatrix
 from .workspace import _bound_layout, _note_workspace, _nothing, _tile_list, tiles_for
 
@@ -56,7 +56,7 @@ class Prepared:
         m, self.k = A.shape
         n = self.Bt.shape[0]
         self.mode = mode
-        self.kpad = kpad = round_up(self.k, KPAD)
+        self.kpad = kpad = round_up(self.k, GEMM_KPAD)
         with ph("scaling"):
             # The certificate's status (certificate.py): the one small array the usual
             # path reads back.

@@ -187,7 +187,9 @@ class Side:
     ``E`` (0 for all-zero rows), ``X`` (exact thresholds, INT_MIN for all-zero rows),
     ``n`` (non-zero counts), ``SA`` (row sums of ``alpha``, filled by the bound GEMM's
     quantisation), ``Z`` (the non-zero entries below the bound GEMM's window, filled by
-    the same pass; None for the complex embedding, which has no gathers), ``Sq`` (fast
+    the same pass; None for the complex embedding, which has no gathers), ``S2`` (uint64
+    row sums of ``alpha^2``, the same pass: the certificate's 2-norm bound; None for the
+    complex embedding, whose bound uses the row sums alone), ``Sq`` (fast
     mode: sums of squares), ``kept`` (``19 x rows``: bits kept per count), ``ks`` (-1
     for A, +1 for B). ``X_op`` is the operand, or a tuple of views whose rows side by
     side are the rows (the complex embedding's)."""
@@ -203,6 +205,7 @@ class Side:
     lo: object = None
     hi: object = None
     Z: object = None
+    S2: object = None
 
     @property
     def width(self) -> int:
@@ -230,9 +233,9 @@ def side_statistics(X, S, ks, mode, gmax=None, block=None) -> Side:
             side.X_op = X
             return side
         cat = {f: cupy.concatenate([getattr(sd, f) for sd in sides])
-               for f in ("E", "X", "n", "SA", "lo", "hi", "Z")}
+               for f in ("E", "X", "n", "SA", "lo", "hi", "Z", "S2")}
         side = Side(X, ks, cat["E"], cat["X"], cat["n"], cat["SA"], lo=cat["lo"],
-                    hi=cat["hi"], Z=cat["Z"])
+                    hi=cat["hi"], Z=cat["Z"], S2=cat["S2"])
         if mode == "fast":
             side.Sq = cupy.concatenate([sd.Sq for sd in sides])
         return side
@@ -242,7 +245,8 @@ def side_statistics(X, S, ks, mode, gmax=None, block=None) -> Side:
         gmax = cupy.full(1, INT_MIN, dtype=np.int32)
     row_stats_into(X, S, ks, st, gmax)
     finish_exponents(st)
-    side = Side(X, ks, *st[:4], lo=st[4], hi=st[5], Z=cupy.zeros(rows, dtype=np.int32))
+    side = Side(X, ks, *st[:4], lo=st[4], hi=st[5], Z=cupy.zeros(rows, dtype=np.int32),
+                S2=cupy.zeros(rows, dtype=np.uint64))
     if mode == "fast":
         side.Sq = cupy.zeros(rows, dtype=np.uint64)
         row_sumsq_into(X, S, ks, side.E, cols, side.Sq)
@@ -310,8 +314,8 @@ def row_stride(P):
 
 def quantize_down_into(side: Side, S, rows_slice, Q, sums: bool):
     """``alpha = floor(|x| 2^(7 - E))`` of the rows ``rows_slice`` into int8 ``Q``
-    (``>= rows x kpad``), adding the row sums into ``side.SA`` and the entries below the
-    window into ``side.Z`` when ``sums``."""
+    (``>= rows x kpad``), adding the row sums into ``side.SA``, the entries below the
+    window into ``side.Z`` and the sums of ``alpha^2`` into ``side.S2`` when ``sums``."""
     i0, i1 = rows_slice
     X = side.X_op[i0:i1]           # a HostRows block (out of core) uploads here
     rows, cols = X.shape
@@ -321,12 +325,13 @@ def quantize_down_into(side: Side, S, rows_slice, Q, sums: bool):
     X, rs, cs, rf = as_rows(X)
     SA = span(side.SA, i0, i1) if sums else cupy.empty(rows, dtype=np.int32)
     Z = span(side.Z, i0, i1) if sums and side.Z is not None else None
+    S2 = span(side.S2, i0, i1) if sums and side.S2 is not None else None
     kt, rt = -(-kpad // _TK), -(-rows // _TR)
     tiles = quantize_tiles(kt, rt)
     loader.get_function("scaling.cu", "oz_quantize_down")(
         (-(-kt // tiles), rt), (256,),
         (X, rs, cs, np.int32(rows), np.int32(cols), rf, S, np.int32(side.ks),
-         np.int32(kpad), span(side.E, i0, i1), Q, SA, Z, np.int32(tiles)))
+         np.int32(kpad), span(side.E, i0, i1), Q, SA, Z, S2, np.int32(tiles)))
 
 
 #: oz_quantize_down keeps at least this many blocks (about four waves of resident

@@ -83,11 +83,12 @@ INT8_EFFICIENCY = 0.7
 #: Device memory rate (GB/s) assumed when neither the rate table nor the device says.
 DEFAULT_DEVICE_GBPS = 1000.0
 #: Slow-down of an emulated product whose sizes are off the INT8 GEMMs' tiles. The
-#: engine rounds the INT8 GEMMs' sizes up to multiples of 32 (``cuda.modgemm.GEMM_PAD``),
-#: so no size is off cuBLAS's fast INT8 kernels any more; what is left, measured on the
-#: H200 (docs/data/device-rates-h200-2026-12-03.json): 8191^3 1.12x the time of 8192^3
-#: (19.9 vs 17.7 ms at 14 moduli), 10000^3 1.21x its aligned estimate (39.1 ms).
-OFF_TILE_FACTOR = 1.2
+#: engine pads the INT8 GEMMs' m and n to multiples of 128 (``cuda.modgemm.GEMM_PAD``)
+#: and k to whole 128-byte rows (``cuda._common.GEMM_KPAD``); measured on the H200
+#: (kernel timelines, 15 moduli): 8191^3 17.8 ms against 17.9 at 8192^3, 10000^3
+#: 30.7-31.8 ms against 32.0-32.2 at 10240^3 (1.04x per flop). Kept a little above 1
+#: for the padding's extra work on sizes just above a multiple of 128.
+OFF_TILE_FACTOR = 1.05
 
 
 def alignment_factor(m, n, k) -> float:

@@ -53,7 +53,8 @@ def data(st: scaling.Statistics, G14=None) -> spec.CertData:
     """The certificate's view of the statistics (``G14``: :func:`gathered`)."""
     return spec.CertData(st.k, st.E, st.F, st.xA, st.yB, st.SA + st.nA, st.SB + st.nB,
                          st.nA, st.nB, st.loA, st.hiA, st.loB, st.hiB, st.P,
-                         np.sqrt(st.SA + st.nA), np.sqrt(st.SB + st.nB), G14)
+                         spec.norm_factor(st.SA + st.nA, st.S2A, st.SA, st.nA),
+                         spec.norm_factor(st.SB + st.nB, st.S2B, st.SB, st.nB), G14)
 
 
 def element_counts(d: spec.CertData, st: scaling.Statistics, mode: str, *,

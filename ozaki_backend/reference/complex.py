@@ -203,7 +203,7 @@ def _residual_term(Xr, Xi, Yr, Yi, mode):
     equilibration and scaling), ``run()`` giving ``[Re, Im]`` (m, 2n), and its
     truncation bound ``T`` (m, 2n) in absolute units."""
     parts = equilibrate_parts(Xr, Xi, Yr, Yi)
-    st = scaling.statistics(*embed(*parts), mode)
+    st = scaling.statistics(*embed(*parts), mode, squares=False)
     s, t = shifts(st, MAX_COMPLEX_MODULI, mode)
     n = Yr.shape[1]
     return ((lambda: np.hstack(integer_product(*parts, s, t[:n], MAX_COMPLEX_MODULI))),
@@ -239,7 +239,7 @@ def _complex_2d(A0, B0, plan, want_bound):
                                        np.ascontiguousarray(A0.imag),
                                        np.ascontiguousarray(B0.real),
                                        np.ascontiguousarray(B0.imag))
-    st = scaling.statistics(*embed(Ar, Ai, Br, Bi), plan.mode)
+    st = scaling.statistics(*embed(Ar, Ai, Br, Bi), plan.mode, squares=False)
     d = certificate.data(st)
     pre = spec.prior(d, with_direct=False)
     if not plan.adaptive:                  # a fixed count: report, never escalate
@@ -349,7 +349,7 @@ def moduli_for(A, B, plan):
         return MIN_MODULI
     Ar, Ai, Br, Bi = equilibrate_parts(A.real.copy(), A.imag.copy(),
                                        B.real.copy(), B.imag.copy())
-    return choose_count(scaling.statistics(*embed(Ar, Ai, Br, Bi), plan.mode),
+    return choose_count(scaling.statistics(*embed(Ar, Ai, Br, Bi), plan.mode, squares=False),
                         plan.mode).n_moduli
 
 

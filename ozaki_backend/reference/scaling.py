@@ -148,6 +148,10 @@ class Statistics(NamedTuple):
         The non-zero ranges along k (:func:`k_ranges`).
     symmetric : bool
         ``B`` is ``A.T`` (a symmetric product, :func:`shifts` gives ``t = s``).
+    S2A, S2B : float64 (m,), (n,) or None
+        Row sums of ``alpha^2`` (exact integers; the certificate's 2-norm bound,
+        :func:`~ozaki_backend.spec.certificate.norm_factor`); None for the complex
+        embedding's statistics (``squares=False``).
     """
 
     k: int
@@ -172,11 +176,15 @@ class Statistics(NamedTuple):
     zA: np.ndarray
     zB: np.ndarray
     symmetric: bool = False
+    S2A: np.ndarray | None = None
+    S2B: np.ndarray | None = None
 
 
-def statistics(A, B, mode: str, symmetric: bool = False) -> Statistics:
+def statistics(A, B, mode: str, symmetric: bool = False, squares: bool = True
+               ) -> Statistics:
     """Every statistic of ``A (m, k) @ B (k, n)`` the scaling and certificate use
-    (``symmetric``: ``B`` is ``A.T``, see :func:`shifts`)."""
+    (``symmetric``: ``B`` is ``A.T``, see :func:`shifts`; ``squares``: also the sums of
+    ``alpha^2``, as the CUDA engine's real products compute them)."""
     k = A.shape[1]
     E, nzA = row_exponents(A)
     F, nzB = row_exponents(B.T)
@@ -196,9 +204,12 @@ def statistics(A, B, mode: str, symmetric: bool = False) -> Statistics:
         SqB = np.square(quantize(B.T, F, D)).sum(axis=1)
     zA = ((A != 0) & (alpha == 0)).sum(axis=1).astype(np.float64)
     zB = ((B.T != 0) & (beta == 0)).sum(axis=1).astype(np.float64)
+    S2A = S2B = None
+    if squares:                                  # exact: integers below k 127^2 < 2^53
+        S2A, S2B = np.square(alpha).sum(axis=1), np.square(beta).sum(axis=1)
     return Statistics(k, E, F, nzA, nzB, exact_thresholds(A), exact_thresholds(B.T),
                       SA, nA, SB, nB, P, U, SqA, SqB, *k_ranges(A), *k_ranges(B.T),
-                      zA, zB, symmetric)
+                      zA, zB, symmetric, S2A, S2B)
 
 
 def _q_from_sumsq(S, H_f: float):

@@ -195,6 +195,19 @@ def target(d: CertData, nu):
     return nu * _TARGET
 
 
+def norm_factor(Q, S2, SA, n):
+    """``RA_i = sqrt(min(QA_i, (S2_i + 2 SA_i + nA_i) / 128))`` (correctly rounded), the
+    bound of ``‖A_i‖₂`` in units of ``2^{E_i - 3.5}`` that :func:`spread` uses
+    (``docs/spec.md`` §10.1): ``|a| < (alpha + 1) 2^{E-7}`` for every non-zero entry, so
+    ``‖a‖₂² < Σ (alpha + 1)² 2^{2E-14}``, and ``‖a‖₂² ≤ max|a| ‖a‖₁ < 2^{2E-7} QA``.
+    ``S2``: the row sums of ``alpha²``, or None (the complex embedding's rows): then
+    ``sqrt(QA)``. Every operand is an exact integer below 2^53, the quotient exact."""
+    xp = _xp(Q)
+    if S2 is None:
+        return xp.sqrt(Q)
+    return xp.sqrt(xp.minimum(Q, xp.ldexp(S2 + 2.0 * SA + n, -7)))
+
+
 def _factor(x, thr, E, s):
     """``[s < x] 2^{60 - (s + E)}``: one operand's factor of :func:`excess`/:func:`spread`."""
     xp = _xp(x)
