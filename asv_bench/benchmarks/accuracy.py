@@ -140,8 +140,6 @@ class TrackModuliChoice:
     engine). 20 also when some element is not certified a priori by any count (the
     product is then tested a posteriori, and may take the residual pass or the native
     GEMM); 21 stands for "none" should ``moduli_for`` return None.
-    ``track_expected_moduli``: the count the plan expects for ordinary data
-    (``Plan.expected_moduli``, the cost model's estimate; the same for both ``data``).
     """
 
     params = ([128, 1024, 4096, 16384], ["accurate", "fast"], ["normal", "phi4"])
@@ -163,5 +161,20 @@ class TrackModuliChoice:
         n = self.plan.moduli_for(self.a, self.b)
         return self.plan.moduli_range[1] + 1 if n is None else n
 
-    def track_expected_moduli(self, k, mode, data):
+
+class TrackExpectedModuli:
+    """The count the plan expects for ordinary data at a reduction length k (m = n = 256;
+    ``Plan.expected_moduli``, the cost model's estimate). Needs no operands: its own
+    class, so that the quick run does not draw TrackModuliChoice's sixteen operand sets
+    again for it."""
+
+    params = ([128, 1024, 4096, 16384], ["accurate", "fast"])
+    param_names = ["k", "mode"]
+    unit = "moduli"
+
+    def setup(self, k, mode):
+        self.plan = ozaki_backend.plan(SIZE_MODULI, SIZE_MODULI, k, mode=mode,
+                                       engine="cpu")
+
+    def track_expected_moduli(self, k, mode):
         return self.plan.expected_moduli

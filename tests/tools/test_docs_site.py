@@ -521,7 +521,8 @@ def test_asv_dashboard_renders_in_chromium(tmp_path):
 
     asv("machine", "--yes", "--machine", "docs-test")
     asv("run", "--python=same", "--quick", "--machine", "docs-test",
-        "--set-commit-hash", head.stdout.strip(), "--bench", "TrackModuliChoice|TimePlan")
+        "--set-commit-hash", head.stdout.strip(),
+        "--bench", "TrackModuliChoice|TrackExpectedModuli|TimePlan")
     res = subprocess.run([sys.executable, str(REPO / "asv_bench" / "publish.py"),
                           "--config", str(conf)], capture_output=True, text=True, env=env,
                          cwd=tmp_path, timeout=600)
