@@ -73,10 +73,15 @@ def matmul(a: Any, b: Any, *, precision: str = "fp64", bits: int | None = None,
         allows); other devices raise ``TypeError``.
     precision : {"fp64"}
         Target accuracy when neither ``bits`` nor ``moduli`` is given: per product, the
-        fewest moduli whose error certificate meets the native-level target
-        ``min(k - 1, 16) u (|A||B|)_ij`` (``docs/precision.md``); when 20 moduli do not,
-        the exact residual pass, and when that misses too, the native float64 product
-        (counted in ``stats()`` and warned with ``NativeFallbackWarning``).
+        fewest moduli whose certificate meets the native-level target
+        (``docs/precision.md``, ``docs/spec.md`` §10): every element's error within
+        ``gamma_{k_ij} (|A||B|)_ij``, ``k_ij`` the number of terms the element has
+        (native DGEMM's own guarantee), and the truncation error's size at most
+        native's typical rounding error on those terms; elements of one or two terms
+        are computed from their terms. A few elements failing a priori are tested
+        after the product (and recomputed as dot products if need be); otherwise more
+        moduli, the exact residual pass, and last the native float64 product (counted
+        in ``stats()`` and warned with ``NativeFallbackWarning``).
     bits : int, optional
         Keep at least this many bits of each row's (column's) largest element.
     moduli : int, optional
