@@ -9,7 +9,7 @@ from ozaki_backend.spec import tiling
 
 def _product_bytes(kpad, N):
     """The CUDA engine's integer-product workspace of a ``tm x tn`` tile (residue planes
-    and int32 products, as ``cuda/pipeline._product_layout`` registers them)."""
+    and int32 products, as ``cuda/workspace._product_layout`` registers them)."""
     return lambda tm, tn: tiling.layout_bytes((N * tm * kpad, 1), (N * tn * kpad, 1),
                                               (N * tm * (-(-tn // 16) * 16), 4))
 
