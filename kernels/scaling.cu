@@ -333,10 +333,11 @@ extern "C" __global__ void oz_zero_rows(int *__restrict__ E, int rows) {
 // rows x kpad (zero padded), in the residue planes' layout; SA[r] += sum of the row's
 // alpha (SA zero on entry), Z[r] += the row's non-zero entries whose alpha is 0 (Z
 // zero on entry, or null) and S2[r] += the sum of the row's alpha^2 (spec §10.1: the
-// bound of the row's 2-norm; zero on entry, or null). Each block walks `tiles` consecutive tiles along k and adds
-// its rows' sums once: with one atomic per row and tile, a 4096 x 65536 operand (1024
-// tiles per row; the blocks running at once share their rows) read only 1.7 TB/s,
-// against 3.5 for the residue kernel's same loads and stores (H200).
+// bound of the row's 2-norm; zero on entry, or null). Each block walks `tiles`
+// consecutive tiles along k and adds its rows' sums once: with one atomic per row and
+// tile, a 4096 x 65536 operand (1024 tiles per row; the blocks running at once share
+// their rows) read only 1.7 TB/s, against 3.5 for the residue kernel's same loads and
+// stores (H200).
 extern "C" __global__ void __launch_bounds__(256)
 oz_quantize_down(const double *__restrict__ X, i64 rs, i64 cs, int rows, int cols,
                  int rows_fast, const int *__restrict__ S, int ks, int kpad,

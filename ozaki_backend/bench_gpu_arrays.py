@@ -13,7 +13,8 @@ small float32 product, per call, inside a scope and without.
 Timing: ``--warmup`` calls, then ``--reps`` calls back to back (as a loop issues them)
 with one device synchronisation at the end, ``--rounds`` such loops, the plain and the
 enabled loops alternating; ms per product, the median over the rounds (a best-of-3
-moved native rows by 3 %: the GPU's clocks drift between loops of a few products). Needs a GPU and CuPy (PyTorch rows skip without a CUDA build of torch).
+moved native rows by 3 %: the GPU's clocks drift between loops of a few products).
+Needs a GPU and CuPy (PyTorch rows skip without a CUDA build of torch).
 """
 
 from __future__ import annotations

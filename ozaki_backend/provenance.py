@@ -134,8 +134,8 @@ def commit(paths=CODE_PATHS):
 
 # ----------------------------------------------------------------------------- timers
 
-def median_device_time(fn, reps, warmup=1):
-    """Median seconds of ``reps`` calls of ``fn`` after ``warmup`` calls, by CUDA
+def device_times(fn, reps, warmup=1):
+    """Seconds of each of ``reps`` calls of ``fn`` after ``warmup`` calls, by CUDA
     events on the current stream (CuPy)."""
     import cupy as cp
 
@@ -150,7 +150,12 @@ def median_device_time(fn, reps, warmup=1):
         stop.record()
         stop.synchronize()
         ts.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
-    return float(np.median(ts))
+    return ts
+
+
+def median_device_time(fn, reps, warmup=1):
+    """Median of :func:`device_times`."""
+    return float(np.median(device_times(fn, reps, warmup)))
 
 
 def wall_times(fn, calls, sync=None):

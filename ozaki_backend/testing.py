@@ -71,22 +71,26 @@ def phi_matrix(shape, phi, rng=None):
         Shape of the result.
     phi : float
         Spread parameter, or ``-1`` for N(0,1) entries.
-    rng : numpy.random.Generator or int or None
+    rng : numpy.random.Generator or cupy.random.Generator or int or None
         Source of randomness (an int or None is passed to
-        :func:`numpy.random.default_rng`). The uniform draws are taken first, then
-        the normal ones, so a seed fixes the matrix.
+        :func:`numpy.random.default_rng`; a CuPy generator draws the matrix on the
+        device, as a CuPy array). The uniform draws are taken first, then the normal
+        ones, so a seed fixes the matrix.
 
     Returns
     -------
     ndarray of float64
     """
-    if not isinstance(rng, np.random.Generator):
+    xp = np
+    if type(rng).__module__.split(".")[0] == "cupy":
+        import cupy as xp
+    elif not isinstance(rng, np.random.Generator):
         rng = np.random.default_rng(rng)
     if phi == -1:
         return rng.standard_normal(shape)
     u = rng.random(shape)
     z = rng.standard_normal(shape)
-    return (u - 0.5) * np.exp(phi * z)
+    return (u - 0.5) * xp.exp(phi * z)
 
 
 #: The operand families of :func:`family_operands`: the ones that break per-row scaling

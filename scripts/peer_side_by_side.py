@@ -297,25 +297,6 @@ def peer_worksize(lib, m, k, n, n_moduli):
 
 # --------------------------------------------------------------------------- timing
 
-def device_times(fn, warmup, reps):
-    """Seconds of each of ``reps`` calls after ``warmup`` calls, by CUDA events on the
-    current stream (the ``median_device_time`` of ``ozaki_backend.provenance``, keeping
-    every sample)."""
-    import cupy
-    for _ in range(warmup):
-        fn()
-    cupy.cuda.Device().synchronize()
-    out = []
-    for _ in range(reps):
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        out.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
-    return out
-
-
 def cold_times(fn, calls=4):
     """Wall seconds of each of the first ``calls`` calls, each to the device's idle
     (a cold call's host work is most of what makes it slow)."""
@@ -325,19 +306,6 @@ def cold_times(fn, calls=4):
 
 
 # --------------------------------------------------------------------------- data
-
-def draw(shape, phi, seed):
-    """:func:`ozaki_backend.testing.phi_matrix` on the device (host generation of the
-    16384^2 operands would take longer than timing them): uniforms first, then normals;
-    ``phi = -1`` is N(0,1)."""
-    import cupy
-    rng = cupy.random.default_rng(seed)
-    if phi == -1:
-        return rng.standard_normal(shape)
-    u = rng.random(shape)
-    z = rng.standard_normal(shape)
-    return (u - 0.5) * cupy.exp(phi * z)
-
 
 def _case_seed(seed, shape, phi, which):
     m, k, n = shape
@@ -408,10 +376,17 @@ def errors(sample, exact, absab):
 def run_case(args, libs, shape, phi, first_of_shape, rows, cols, tmpdir, log):
     import cupy
     import ozaki_backend as ob
+    from ozaki_backend.provenance import device_times
+    from ozaki_backend.testing import phi_matrix
 
     m, k, n = shape
-    A = draw((m, k), phi, _case_seed(args.seed, shape, phi, 1))
-    B = draw((k, n), phi, _case_seed(args.seed, shape, phi, 2))
+
+    def rng(which):
+        return cupy.random.default_rng(_case_seed(args.seed, shape, phi, which))
+
+    # drawn on the device: host generation of 16384^2 operands would take longer than
+    # timing them
+    A, B = phi_matrix((m, k), phi, rng(1)), phi_matrix((k, n), phi, rng(2))
     C = cupy.empty((m, n))
     case = {"shape": list(shape), "phi": phi, "methods": {}, "cold": {}}
     # Sampled operands to the host now (the exact products come after all GPU work);
@@ -471,7 +446,7 @@ def run_case(args, libs, shape, phi, first_of_shape, rows, cols, tmpdir, log):
         try:
             if name == "ours":
                 ob.reset_stats()
-            ts = device_times(fn, args.warmup, args.reps)
+            ts = device_times(fn, args.reps, args.warmup)
             rec.update(ms=1e3 * float(np.median(ts)), samples_ms=[1e3 * t for t in ts])
             if name == "ours":
                 s = ob.stats()

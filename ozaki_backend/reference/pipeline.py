@@ -227,6 +227,28 @@ def ozaki2_2d(A, B, plan, *, want_bound=False) -> Product:
     return res
 
 
+def _certificate_data(A, B, mode):
+    """``(st, d)``: the statistics and the certificate's data of ``A @ B`` as
+    ``precision="fp64"`` computes them (equilibrated; a transposed pair as a symmetric
+    product); None for an empty product."""
+    A, B = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)
+    sym = transpose_pair(A, B)
+    A, B, S = equilibrate.equilibrate(A, B)
+    if 0 in A.shape or B.shape[1] == 0:
+        return None
+    st = scaling.statistics(A, B, mode, symmetric=sym and not S.any())
+    return st, certificate.data(st, certificate.gathered(A, B, st))
+
+
+def count_choice(A, B, mode: str):
+    """The certificate's :class:`~ozaki_backend.spec.certificate.Choice` for ``A @ B``
+    (``docs/spec.md`` §10.3): the count ``precision="fp64"`` computes it with, the
+    elements failing that count a priori, and the fewest count all pass; None for an
+    empty product."""
+    sd = _certificate_data(A, B, mode)
+    return None if sd is None else certificate.choose_count(sd[1], sd[0], mode)
+
+
 def moduli_for(A, B, plan):
     """The moduli count of the integer product ``plan`` computes for ``A @ B``: its own
     when fixed; for ``precision="fp64"`` the count of :func:`certificate.choose_count`
@@ -234,13 +256,10 @@ def moduli_for(A, B, plan):
     the residual pass or the native GEMM)."""
     if not plan.adaptive:
         return plan.n_moduli
-    A, B = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)
-    sym = transpose_pair(A, B)
-    A, B, S = equilibrate.equilibrate(A, B)
-    if 0 in A.shape or B.shape[1] == 0:
+    sd = _certificate_data(A, B, plan.mode)
+    if sd is None:
         return MIN_MODULI
-    st = scaling.statistics(A, B, plan.mode, symmetric=sym and not S.any())
-    d = certificate.data(st, certificate.gathered(A, B, st))
+    st, d = sd
     pre = spec.prior(d)
     if bool(pre.exempt.all()):
         return 0
@@ -248,4 +267,4 @@ def moduli_for(A, B, plan):
 
 
 __all__ = ["Product", "integer_product", "residual_pass", "ozaki2_2d", "moduli_for",
-           "CERTIFIED", "UNCERTIFIED", "RESIDUAL", "NATIVE"]
+           "count_choice", "CERTIFIED", "UNCERTIFIED", "RESIDUAL", "NATIVE"]

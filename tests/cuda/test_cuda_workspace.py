@@ -12,6 +12,7 @@ import pytest
 
 import ozaki_backend as ob
 from ozaki_backend import NativeFallbackWarning
+from ozaki_backend.reference.pipeline import count_choice
 
 from bits import assert_same_bits
 
@@ -126,16 +127,6 @@ def out_of_core(monkeypatch):
     return outofcore
 
 
-def _cpu_choice(A, B, mode, symmetric=False):
-    """The CPU reference's count choice for ``A @ B`` (spec §10.3)."""
-    from ozaki_backend.reference import certificate, equilibrate, scaling
-
-    A1, B1, S = equilibrate.equilibrate(A, B)
-    st_ = scaling.statistics(A1, B1, mode, symmetric=symmetric and not S.any())
-    return certificate.choose_count(certificate.data(st_, certificate.gathered(A1, B1, st_)),
-                                    st_, mode)
-
-
 @pytest.mark.parametrize("mode", ["accurate", "fast"])
 @pytest.mark.parametrize("budget", [None, 20 << 20])
 def test_out_of_core_products_match_the_cpu_engine(out_of_core, mode, budget):
@@ -146,7 +137,7 @@ def test_out_of_core_products_match_the_cpu_engine(out_of_core, mode, budget):
     A, B = _data((900, 600), 11), _data((600, 700), 12)
     A[:, 5] *= 2.0 ** 40                      # a k-scaling pattern: S != 0
     B[5, :] *= 2.0 ** -40
-    ch = _cpu_choice(A, B, mode)
+    ch = count_choice(A, B, mode)
     assert ch.failing and ch.all_pass > ch.n_moduli     # these data need the test
     ref = ob.matmul(A, B, engine="cpu", mode=mode, moduli=ch.all_pass)
     ob.reset_stats()
@@ -157,14 +148,14 @@ def test_out_of_core_products_match_the_cpu_engine(out_of_core, mode, budget):
     assert_same_bits(ob.matmul(F, B, engine="cuda", mode=mode, workspace=budget), ref)
     N = np.random.default_rng(18).standard_normal
     A, B = N((900, 600)), N((600, 700))
-    assert _cpu_choice(A, B, mode).failing == 0
+    assert count_choice(A, B, mode).failing == 0
     assert_same_bits(ob.matmul(A, B, engine="cuda", mode=mode, workspace=budget),
                      ob.matmul(A, B, engine="cpu", mode=mode))
 
 
 def test_out_of_core_symmetric_products_keep_the_symmetric_scaling(out_of_core):
     X = _data((700, 300), 13)
-    ch = _cpu_choice(X.T, X, "accurate", symmetric=True)
+    ch = count_choice(X.T, X, "accurate")      # a transposed pair: symmetric
     ref = ob.matmul(X.T, X, engine="cpu", moduli=ch.all_pass if ch.failing else None)
     got = ob.matmul(X.T, X, engine="cuda", workspace=16 << 20)
     assert_same_bits(got, ref)
