@@ -303,10 +303,12 @@ oz_direct(const double *__restrict__ A, i64 ars, i64 acs, const double *__restri
     if (bound) bound[(i64)row * br + (i64)col * bc] = bd;
 }
 
-// The unsettled elements idx[0 .. count) (i * cols + j) recomputed as float64 dot
-// products in reference.direct.dot_in_order's order: one warp per element, lane l sums the
-// terms k = l, l + 32, ... (s = RN(s + RN(a_k b_k)), no fused multiply-add), then the
-// lanes meet pairwise (s_l = RN(s_l + s_{l+h}), h = 16 .. 1); with the bound of
+// The unsettled elements idx[0 .. count) (i * cols + j) recomputed as compensated dot
+// products (Dot2) in reference.direct.dot2_in_order's order: one warp per element, lane l
+// takes the terms k = l, l + 32, ... (p = RN(a b) and its error e, spec.two_prod_scaled:
+// Dekker's product of the frexp fractions, scaled back; (s, r) = TwoSum(s, p);
+// c = RN(c + RN(r + e)); no fused multiply-add), then the lanes meet pairwise ((s_l, r) = TwoSum(s_l, s_{l+h}),
+// c_l = RN(RN(c_l + c_{l+h}) + r), h = 16 .. 1), the result RN(s + c); with the bound of
 // spec.repair_bound when bound is non-null, from the bound GEMM's tile that starts at row
 // i0, column j0 (P, or P64 for k beyond int32: the elements listed all lie in it).
 // Block (32, 8): eight elements per block.
@@ -324,15 +326,30 @@ oz_repair(const i64 *__restrict__ idx, int count, int cols, const double *__rest
     i64 e = idx[t];
     int row = (int)(e / cols), col = (int)(e - (i64)row * cols);
     const double *ar = A + (i64)row * ars, *b_ = Bt + (i64)col * brs;
-    double s = 0.0;
-    for (int q = threadIdx.x; q < k; q += 32)
-        s = __dadd_rn(s, __dmul_rn(ar[(i64)q * acs], b_[(i64)q * bcs]));
+    double s = 0.0, c = 0.0;
+    for (int q = threadIdx.x; q < k; q += 32) {
+        double a = ar[(i64)q * acs], b = b_[(i64)q * bcs];
+        int ea, eb;
+        double fa = frexp(a, &ea), fb = frexp(b, &eb);
+        double h, l, s2, r;
+        oz_two_prod(fa, fb, h, l);
+        double p = __dmul_rn(a, b), e = ldexp(l, ea + eb);
+        oz_two_sum(s, p, s2, r);
+        c = __dadd_rn(c, __dadd_rn(r, e));
+        s = s2;
+    }
     for (int h = 16; h > 0; h >>= 1) {
-        double o = __shfl_down_sync(0xffffffffu, s, h);
-        if (threadIdx.x < h) s = __dadd_rn(s, o);
+        double os = __shfl_down_sync(0xffffffffu, s, h);
+        double oc = __shfl_down_sync(0xffffffffu, c, h);
+        if (threadIdx.x < h) {
+            double s2, r;
+            oz_two_sum(s, os, s2, r);
+            c = __dadd_rn(__dadd_rn(c, oc), r);
+            s = s2;
+        }
     }
     if (threadIdx.x != 0) return;
-    C[(i64)row * cr + (i64)col * cc] = s;
+    C[(i64)row * cr + (i64)col * cc] = __dadd_rn(s, c);
     if (bound) {
         int ke = oz_terms(loA[row], hiA[row], nA[row], loB[col], hiB[col], nB[col]);
         i64 o = (i64)(row - i0) * ldp + (col - j0);    // P: the tile from row i0, column j0

@@ -78,10 +78,12 @@ def matmul(a: Any, b: Any, *, precision: str = "fp64", bits: int | None = None,
         ``gamma_{k_ij} (|A||B|)_ij``, ``k_ij`` the number of terms the element has
         (native DGEMM's own guarantee), and the truncation error's size at most
         native's typical rounding error on those terms; elements of one or two terms
-        are computed from their terms. A few elements failing a priori are tested
-        after the product (and recomputed as dot products if need be); otherwise more
-        moduli, the exact residual pass, and last the native float64 product (counted
-        in ``stats()`` and warned with ``NativeFallbackWarning``).
+        are computed from their terms. Elements failing a priori (at most 1/16 of
+        them; or at most half at one modulus fewer, for outputs of 2^16 elements or
+        more) are tested after the product, and a few recomputed as compensated dot
+        products (as accurate as the rounding of the exact value) if need be;
+        otherwise more moduli, the exact residual pass, and last the native float64
+        product (counted in ``stats()`` and warned with ``NativeFallbackWarning``).
     bits : int, optional
         Keep at least this many bits of each row's (column's) largest element.
     moduli : int, optional

@@ -175,9 +175,10 @@ class Plan:
                     f"size <= {KAPPA:g} u g(k_ij) ||t_ij||_2 (native's typical error, "
                     f"g = sqrt(min(k_ij, {NATIVE_K})/2)) and rigorous bound <= "
                     f"(k_ij-1) u (|A||B|)_ij, k_ij the element's terms; at most 1/16 of "
-                    f"the elements may instead pass an a-posteriori test, a few may be "
-                    f"recomputed as dot products; else more moduli, the residual pass or "
-                    f"the native GEMM (docs/spec.md section 10)")
+                    f"the elements may instead pass an a-posteriori test (at most half, "
+                    f"one modulus fewer, for outputs of 2^16 elements or more), a few "
+                    f"may be recomputed as compensated dot products; else more moduli, "
+                    f"the residual pass or the native GEMM (docs/spec.md section 10)")
         self.moduli = MODULI[:N]
         self.moduli_range = (MIN_MODULI, N) if self.adaptive else (N, N)
         self.expected_moduli = expected_moduli(kk, m * n) if self.adaptive else N

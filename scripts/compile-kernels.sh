@@ -15,7 +15,7 @@ import sys
 from ozaki_backend.cuda.loader import read_source
 from ozaki_backend.cuda._prelude import crt_prelude
 out, ns = sys.argv[1], [int(x) for x in sys.argv[2:]]
-for name in ("scaling.cu", "residues.cu", "modgemm.cu"):
+for name in ("scaling.cu", "residues.cu", "modgemm.cu", "certificate.cu"):
     open(f"{out}/{name}", "w").write(read_source(name))
 # The complex scheme's kernels as cuda/complex.py compiles them: complex.cu with the
 # complex table's prelude, scaling.cu with COMPLEX_TABLE.defines, crt.cu with both

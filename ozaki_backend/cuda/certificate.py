@@ -206,6 +206,8 @@ class Decision(NamedTuple):
     elements: int
     #: Exempt elements (direct or exactly zero).
     exempt: int = 0
+    #: The 1/16 rule's count when the product is computed one below it, else None.
+    safe: int | None = None
 
     @property
     def direct_only(self) -> bool:
@@ -213,18 +215,21 @@ class Decision(NamedTuple):
         return self.exempt == self.elements
 
 
-def decide(host, window, elements, table: CountTable = REAL_TABLE, fixed=None):
+def decide(host, window, elements, table: CountTable = REAL_TABLE, fixed=None, repairs=0):
     """The :class:`Decision` of a read-back status, or None when the windowed search did
-    not settle the count (:func:`~ozaki_backend.spec.certificate.window_choice`)."""
+    not settle the count (:func:`~ozaki_backend.spec.certificate.window_choice`;
+    ``repairs``: the unsettled elements the product repairs, its
+    :func:`~ozaki_backend.spec.certificate.repair_cap`, 0 for none)."""
     none, undecided, direct, exempt = int(host[1]), int(host[2]), int(host[3]), int(host[5])
     if fixed is not None:
         return Decision(fixed, none, None, direct, elements, exempt)
     counts = list(table.counts)
     hist = {counts[c]: int(v) for c, v in enumerate(host[HEAD:HEAD + len(counts)]) if v}
-    ch = spec.window_choice(hist, none, undecided, window, counts, elements)
+    ch = spec.window_choice(hist, none, undecided, window, counts, elements, repairs)
     if ch is None:
         return None
-    return Decision(ch.n_moduli, ch.failing, ch.all_pass, direct, elements, exempt)
+    return Decision(ch.n_moduli, ch.failing, ch.all_pass, direct, elements, exempt,
+                    ch.safe)
 
 
 # --------------------------------------------------------------------------- a posteriori

@@ -414,7 +414,8 @@ def _leave_graph(gkey, prep, failed=None):
 
 def _escalate(A0, B0, plan, prep, dec, C, bound):
     """Too many elements the a-posteriori test leaves unsettled: as the reference's
-    ``_adaptive``, the count every element passes a priori, then the most moduli (each
+    ``_adaptive``, the 1/16 rule's count when the product took one below it
+    (``dec.safe``), the count every element passes a priori, then the most moduli (each
     tested again), then the residual pass, then native DGEMM — with
     ``emulation="performant"`` (the default) native as soon as this GPU's DGEMM is
     measured faster than the next step (``docs/spec.md`` §10.4). Writes the result into
@@ -423,7 +424,7 @@ def _escalate(A0, B0, plan, prep, dec, C, bound):
     m, n = C.shape
     tried = {dec.n_moduli}
     level = 0.0
-    for N in (prep.all_pass(dec), MAX_MODULI):
+    for N in _escalation(prep, dec):
         if N is None or N in tried:
             continue
         tried.add(N)
@@ -464,6 +465,14 @@ def _escalate(A0, B0, plan, prep, dec, C, bound):
     if bound is not None:
         bound[...] = spec.native_bound(prep.data())
     return NATIVE
+
+
+def _escalation(prep, dec):
+    """The counts :func:`_escalate` tries, in order (``spec.next_count``'s; ``all_pass``
+    read only when reached: it may widen the search)."""
+    yield dec.safe
+    yield prep.all_pass(dec)
+    yield MAX_MODULI
 
 
 def moduli_for(A, B, plan):

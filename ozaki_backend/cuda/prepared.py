@@ -132,11 +132,18 @@ class Prepared:
         if fixed is None and self.gathers is None and int(host[4]):
             self.gathers = certificate.Gathers(self.a, self.b, self.S, self.k)
             host = self._again()
-        dec = certificate.decide(host, self.searched, m * n, self.table, fixed)
+        dec = certificate.decide(host, self.searched, m * n, self.table, fixed,
+                                 self.repairs)
         if dec is None:
             self.widen()
-            dec = certificate.decide(self._again(), None, m * n, self.table, fixed)
+            dec = certificate.decide(self._again(), None, m * n, self.table, fixed,
+                                     self.repairs)
         return dec
+
+    @property
+    def repairs(self) -> int:
+        """The unsettled elements this product repairs (0 for a table that does not)."""
+        return spec.repair_cap(self.k) if self.table.repairs else 0
 
     def all_pass(self, dec):
         """``dec.all_pass``, the windowed search widened first when it left it open."""
@@ -144,7 +151,8 @@ class Prepared:
             return dec.all_pass
         self.widen()
         m, n = self.a.E.shape[0], self.b.E.shape[0]
-        return certificate.decide(self._again(), None, m * n, self.table).all_pass
+        return certificate.decide(self._again(), None, m * n, self.table,
+                                  repairs=self.repairs).all_pass
 
     def widen(self):
         """Compute the kept bits of every count, not only the window's."""

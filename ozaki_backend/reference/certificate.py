@@ -70,10 +70,15 @@ def element_counts(d: spec.CertData, st: scaling.Statistics, mode: str, *,
 
 
 def choose_count(d: spec.CertData, st: scaling.Statistics, mode: str, *,
-                 max_moduli: int = MAX_MODULI, shifts=scaling.shifts, pre=None):
+                 max_moduli: int = MAX_MODULI, shifts=scaling.shifts, pre=None,
+                 repairs: bool = True):
     """The :class:`~ozaki_backend.spec.certificate.Choice` of ``precision="fp64"``
     (``docs/spec.md`` §10.3): the fewest count at which at most 1/16 of the elements
-    fail the a-priori test, the number failing there, and the fewest count all pass."""
+    fail the a-priori test, or one below it where the elements failing there are few
+    enough to be settled a posteriori or repaired (``repairs``: the product repairs its
+    unsettled elements; the complex ones do not), the number failing at the count, and
+    the fewest count all pass."""
     need = element_counts(d, st, mode, max_moduli=max_moduli, shifts=shifts, pre=pre)
     hist, none = spec.histogram(need)
-    return spec.choose(hist, none, need.size, list(range(MIN_MODULI, max_moduli + 1)))
+    return spec.choose(hist, none, need.size, list(range(MIN_MODULI, max_moduli + 1)),
+                       spec.repair_cap(d.k) if repairs else 0)

@@ -179,7 +179,8 @@ def choose_count(st: scaling.Statistics, mode: str):
     :func:`ozaki_backend.reference.certificate.choose_count`, over the complex table."""
     d = certificate.data(st)
     return certificate.choose_count(d, st, mode, max_moduli=MAX_COMPLEX_MODULI,
-                                    shifts=shifts, pre=spec.prior(d, with_direct=False))
+                                    shifts=shifts, pre=spec.prior(d, with_direct=False),
+                                    repairs=False)
 
 
 def fixed_count(plan, k: int):

@@ -151,8 +151,9 @@ def _adaptive(A0, B0, A, B, plan, st, d, want_bound):
             bound = post.bound if want_bound else None
             direct.repair_into(C, bound, A0, B0, d, pre.ke, un)
             return _finish(C, bound, A0, B0, d, pre, st, N, CERTIFIED, un if n_un else None)
-        # Too many unsettled elements: the count every element passes a priori, else
-        # the most moduli (tested again), else the residual pass, else native.
+        # Too many unsettled elements: the 1/16 rule's count when the product took one
+        # below it, the count every element passes a priori, else the most moduli
+        # (tested again), else the residual pass, else native.
         N2 = spec.next_count(ch, tried, MAX_MODULI)
         if N2 is not None:
             N = N2

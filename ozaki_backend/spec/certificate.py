@@ -36,8 +36,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .rules import (GATHER_SHARE, KAPPA, NATIVE_K, NATIVE_TYPICAL, POST_CAP, POST_KAPPA,
-                    POST_SHARE, REPAIR_ELEMENTS, REPAIR_TERMS)
+from .rules import (GATHER_SHARE, KAPPA, NATIVE_K, NATIVE_TYPICAL, OPTIMISTIC_ELEMENTS,
+                    OPTIMISTIC_FAILING, OPTIMISTIC_SHARE, POST_CAP, POST_KAPPA, POST_SHARE, REPAIR_ELEMENTS,
+                    REPAIR_TERMS)
 
 #: float64 unit roundoff and smallest subnormal.
 U64 = 2.0 ** -53
@@ -284,12 +285,16 @@ class Choice(NamedTuple):
     failing: int
     #: The fewest count every element passes a priori, or None.
     all_pass: int | None
+    #: The 1/16 rule's count when the product is computed one count below it
+    #: (:func:`optimistic`; the escalation's first step), else None.
+    safe: int | None = None
 
 
 def next_count(choice: "Choice", tried, most: int):
-    """The escalation's next count (``docs/spec.md`` §10.4): the fewest every element
-    passes a priori, then the table's most; None when both were tried."""
-    for N in (choice.all_pass, most):
+    """The escalation's next count (``docs/spec.md`` §10.4): the 1/16 rule's count when
+    the product was computed below it, then the fewest every element passes a priori,
+    then the table's most; None when all were tried."""
+    for N in (choice.safe, choice.all_pass, most):
         if N is not None and N not in tried:
             return N
     return None
@@ -301,16 +306,47 @@ def fails_at(hist, none, c):
     return none + sum(v for N, v in hist.items() if N > c)
 
 
-def choose(hist, none, elements, counts) -> Choice:
+def repair_cap(k: int) -> int:
+    """The most unsettled elements of reduction length ``k`` a product repairs
+    (:func:`repairable`: ``REPAIR_ELEMENTS``, and ``REPAIR_TERMS`` terms in all)."""
+    return min(REPAIR_ELEMENTS, REPAIR_TERMS // max(int(k), 1))
+
+
+def optimistic(failing_below: int, elements: int, repairs: int) -> bool:
+    """Whether a product is computed one count below the 1/16 rule's (``docs/spec.md``
+    §10.3) when ``failing_below`` of its ``elements`` fail a priori there: a product of
+    at least ``OPTIMISTIC_ELEMENTS`` elements, at most ``OPTIMISTIC_SHARE`` of them and at most ``OPTIMISTIC_FAILING`` times the elements
+    it can repair (``repairs``, :func:`repair_cap`; 0: none, the complex products). One
+    count below the rule's the a-posteriori test settles all but a few per cent of the
+    elements failing a priori (measured: 0.1–8 % on the families of
+    ``scripts/accuracy_families.py``), so the unsettled ones stay within what is
+    repaired and the product takes one modulus fewer; when they do not, it escalates
+    to the rule's count."""
+    return (elements >= OPTIMISTIC_ELEMENTS
+            and failing_below <= elements * OPTIMISTIC_SHARE
+            and failing_below <= OPTIMISTIC_FAILING * repairs)
+
+
+def _below(ch: Choice, failing_below: int, elements: int, counts, repairs: int) -> Choice:
+    """``ch`` one count lower where :func:`optimistic` admits it."""
+    if ch.n_moduli == counts[0] or not optimistic(failing_below, elements, repairs):
+        return ch
+    return Choice(ch.n_moduli - 1, failing_below, ch.all_pass, ch.n_moduli)
+
+
+def choose(hist, none, elements, counts, repairs: int = 0) -> Choice:
     """The product's count from the histogram of per-element counts (``docs/spec.md``
     §10.3): the fewest count at which at most ``POST_SHARE`` of the elements fail a
-    priori (they are tested a posteriori), else the largest."""
+    priori (they are tested a posteriori), else the largest; one count fewer where
+    :func:`optimistic` admits it (``repairs``: the unsettled elements the product
+    repairs, :func:`repair_cap`; 0 for none), the rule's count then kept as ``safe``."""
     all_pass = next((c for c in counts if fails_at(hist, none, c) == 0), None)
     limit = elements * POST_SHARE
     for c in counts:
         f = fails_at(hist, none, c)
         if f <= limit:
-            return Choice(c, f, all_pass)
+            return _below(Choice(c, f, all_pass), fails_at(hist, none, c - 1), elements,
+                          counts, repairs)
     c = counts[-1]
     return Choice(c, fails_at(hist, none, c), all_pass)
 
@@ -421,10 +457,14 @@ def native_bound(d: CertData, ke=None):
 
 
 def repair_bound(d: CertData, ke):
-    """The bound of an element recomputed as a float64 dot product by 32 lanes
-    (``reference/direct.py`` ``dot_in_order``): a term goes through at most
-    ``h = min(k_ij, ceil(k / 32)) + 6`` roundings (its product, its lane's sums, the five
-    pairwise sums), so ``gamma_h (|A||B|)_ij + h eta`` bounds the error, rounded up."""
+    """The bound of an element recomputed by 32 lanes (``reference/direct.py``
+    ``dot2_in_order``): ``gamma_h (|A||B|)_ij + h eta`` with ``h = min(k_ij, ceil(k / 32))
+    + 6``, rounded up — the bound of the plain float64 dot product in that order (a term
+    goes through at most ``h`` roundings: its product, its lane's sums, the five pairwise
+    sums), which also holds for the compensated one: its error is at most ``u |C|``, the
+    products' errors lost to underflow (:func:`two_prod_scaled`) and ``O(h^2 u^2)
+    (|A||B|)_ij`` (Ogita, Rump and Oishi's Dot2), below ``gamma_h (|A||B|)_ij`` for
+    ``h >= 6``."""
     xp = _xp(d.P)
     h = xp.minimum(xp.maximum(ke, 0), -(-int(d.k) // 32)) + 6
     with np.errstate(over="ignore"):
@@ -480,7 +520,7 @@ def repairable(n_elements: int, k: int, near_overflow: bool = False) -> bool:
     product escalated): at most ``REPAIR_ELEMENTS`` and ``REPAIR_TERMS`` terms, none of
     them near the overflow threshold (``near_overflow``: :func:`big` for one of them;
     its dot product could overflow)."""
-    if n_elements > REPAIR_ELEMENTS or n_elements * max(int(k), 1) > REPAIR_TERMS:
+    if n_elements > repair_cap(k):
         return False
     return not near_overflow
 
@@ -494,12 +534,15 @@ _SPLIT = 134217729.0
 _LO, _HI = 2.0 ** -480, 2.0 ** 480
 
 
-def _in_range(x):
+def in_range(x):
+    """Bool: ``x`` is zero or of magnitude in ``[2^-480, 2^480)``, where Dekker's product
+    of two such factors is exact."""
     ax = _xp(x).abs(x)
     return (ax == 0) | ((ax >= _LO) & (ax < _HI))
 
 
-def _two_sum(x, y):
+def two_sum(x, y):
+    """Knuth's error-free sum: ``(s, e)`` with ``s = RN(x + y)``, ``s + e = x + y``."""
     s = x + y
     z = s - x
     return s, (x - (s - z)) + (y - z)
@@ -511,11 +554,27 @@ def _split(a):
     return hi, a - hi
 
 
-def _two_prod(a, b):
+def two_prod(a, b):
+    """Dekker's error-free product (Veltkamp's split, no fused multiply-add): ``(h, l)``
+    with ``h = RN(a b)`` and ``h + l = a b`` for factors :func:`in_range`."""
     h = a * b
     ah, al = _split(a)
     bh, bl = _split(b)
     return h, (((ah * bh - h) + ah * bl) + al * bh) + al * bl
+
+
+def two_prod_scaled(a, b):
+    """``(RN(a b), e)``: the product and its error ``e = ldexp(l, ea + eb)``, with ``l``
+    the error of Dekker's product of the frexp fractions ``a = fa 2^ea``, ``b = fb 2^eb``
+    (``fa, fb`` in ``[1/2, 1)``: the product is exact and ``e = a b - RN(a b)`` wherever
+    ``RN(a b)`` is a normal number and ``e`` representable; a subnormal ``e`` is rounded,
+    by at most ``eta / 2``). Scaling an operand by a power of two scales both exactly,
+    so the repaired elements keep the products' scale invariance."""
+    xp = _xp(a)
+    fa, ea = xp.frexp(a)
+    fb, eb = xp.frexp(b)
+    _, l = two_prod(fa, fb)
+    return a * b, xp.ldexp(l, ea + eb)
 
 
 def direct_indices(d: CertData, ke):
@@ -550,11 +609,11 @@ def direct_values(a1, b1, a2, b2, two):
     xp = _xp(a1)
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         p1, p2 = a1 * b1, a2 * b2
-        safe = _in_range(a1) & _in_range(b1) & _in_range(a2) & _in_range(b2)
+        safe = in_range(a1) & in_range(b1) & in_range(a2) & in_range(b2)
         z = xp.zeros_like(a1)
-        h1, l1 = _two_prod(xp.where(safe, a1, z), xp.where(safe, b1, z))
-        h2, l2 = _two_prod(xp.where(safe, a2, z), xp.where(safe, b2, z))
-        s, e = _two_sum(h1, h2)
+        h1, l1 = two_prod(xp.where(safe, a1, z), xp.where(safe, b1, z))
+        h2, l2 = two_prod(xp.where(safe, a2, z), xp.where(safe, b2, z))
+        s, e = two_sum(h1, h2)
         dot2 = s + (e + (l1 + l2))
         plain = p1 + p2
         C = xp.where(two, xp.where(safe, dot2, plain), p1)
@@ -639,7 +698,7 @@ def count_window(n_counts: int, start: int):
     return lo, hi, tuple(range(lo, hi + 1)) + (n_counts - 1,)
 
 
-def window_choice(hist, none, undecided, window, counts, elements):
+def window_choice(hist, none, undecided, window, counts, elements, repairs=0):
     """The :class:`Choice` a search within ``window`` (:func:`count_window`; None: every
     count) settles, or None when it does not (the search is then repeated over every
     count). Per element the search reports the fewest count of ``lo .. hi`` that passes
@@ -650,10 +709,11 @@ def window_choice(hist, none, undecided, window, counts, elements):
     it is the window's ``lo`` above the table's first (the product may need fewer) or
     lies above ``hi`` while some element is undecided. ``all_pass`` is given only where
     the window settles it too (else None: the caller widens the search when it needs
-    it)."""
+    it). ``repairs``: as :func:`choose`'s (the count below a settled one lies in the
+    window: a settled count is not the window's ``lo`` unless it is the table's first)."""
     counts = list(counts)
     if window is None:
-        return choose(hist, none, elements, counts)
+        return choose(hist, none, elements, counts, repairs)
     lo, hi = window[0], window[1]
     limit = elements * POST_SHARE
     inside = counts[lo:hi + 1]
@@ -668,4 +728,5 @@ def window_choice(hist, none, undecided, window, counts, elements):
     all_pass = next((c for c in inside if f[c] == 0), None)
     if all_pass == counts[lo] and lo > 0:
         all_pass = None
-    return Choice(chosen, f[chosen], all_pass)
+    return _below(Choice(chosen, f[chosen], all_pass), f.get(chosen - 1, 0), elements,
+                  counts, repairs)

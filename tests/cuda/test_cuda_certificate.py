@@ -171,7 +171,7 @@ def test_statistics_and_shifts_match_reference(name, ops, mode):
     assert (got, int(host[1])) == (hist, none)
     ch = rcert.choose_count(d, st, mode)
     dec = prep.count(host)
-    assert (dec.n_moduli, dec.failing, dec.all_pass) == tuple(ch)
+    assert (dec.n_moduli, dec.failing, dec.all_pass, dec.safe) == tuple(ch)
 
 
 @pytest.mark.parametrize("mode", ["fast", "accurate"])

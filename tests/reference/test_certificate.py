@@ -15,7 +15,7 @@ import ozaki_backend as ob
 from ozaki_backend.reference import certificate, equilibrate, scaling
 from ozaki_backend.spec import certificate as spec
 from ozaki_backend.spec.moduli import MAX_MODULI, MIN_MODULI
-from ozaki_backend.spec.rules import expected_moduli
+from ozaki_backend.spec.rules import OPTIMISTIC_FAILING, expected_moduli
 from ozaki_backend.testing import exact_matmul, phi_matrix
 
 U = 2.0 ** -53
@@ -66,18 +66,28 @@ def test_counts_are_monotone_and_match_every_single_test():
 
 def test_the_count_lets_at_most_a_sixteenth_fail_a_priori():
     """choose_count: the fewest count at which at most 1/16 of the elements fail the
-    a-priori test (the next lower count lets more fail), and the fewest count all pass."""
+    a-priori test (the next lower count lets more fail) — or one below it when at most
+    half of the elements, and at most eight times the repairable ones, fail there (then
+    the rule's count is the escalation's ``safe``) — and the fewest count all pass."""
     rng = np.random.default_rng(15)
-    A, B = phi_matrix((64, 500), 3.0, rng), phi_matrix((500, 48), 3.0, rng)
+    A, B = phi_matrix((256, 300), 3.0, rng), phi_matrix((300, 256), 3.0, rng)
     A, B, _ = equilibrate.equilibrate(A, B)
     st_ = scaling.statistics(A, B, "accurate")
     d = certificate.data(st_, certificate.gathered(A, B, st_))
     ch = certificate.choose_count(d, st_, "accurate")
+    size = A.shape[0] * B.shape[1]
     fails = {N: int((~spec.passes(d, *scaling.shifts(st_, N, "accurate"))).sum())
              for N in range(MIN_MODULI, MAX_MODULI + 1)}
-    assert ch.failing == fails[ch.n_moduli] and 16 * ch.failing <= A.shape[0] * B.shape[1]
-    assert 16 * fails[ch.n_moduli - 1] > A.shape[0] * B.shape[1]
+    rule = min(N for N in fails if 16 * fails[N] <= size)
+    assert 16 * fails[rule - 1] > size
+    below = 2 * fails[rule - 1] <= size and \
+        fails[rule - 1] <= OPTIMISTIC_FAILING * spec.repair_cap(st_.k)
+    assert below                                # these data take the count below
+    assert (ch.n_moduli, ch.safe) == (rule - 1, rule)
+    assert ch.failing == fails[ch.n_moduli]
     assert ch.all_pass == min((N for N in fails if fails[N] == 0), default=None)
+    plain = certificate.choose_count(d, st_, "accurate", repairs=False)
+    assert (plain.n_moduli, plain.failing, plain.safe) == (rule, fails[rule], None)
 
 
 def test_gathers_run_on_wide_range_data_only_and_bound_the_largest_term():
@@ -195,3 +205,66 @@ def test_crossed_two_term_products_are_exact():
     np.testing.assert_array_equal(r, exact_matmul(x, y))
     assert ob.stats()["certificate"] == {"certified": 1}
     assert (bound <= U * np.abs(r) * 1.01 + 1e-300).all()
+
+
+def _dot_exact(a, b):
+    return sum((Fraction(float(x)) * Fraction(float(y)) for x, y in zip(a, b)), Fraction(0))
+
+
+def test_repaired_elements_are_compensated_dot_products():
+    """The repair (``direct.dot2_in_order``): on dot products that cancel to 1e-12 of
+    their terms, the error is at most u|exact| plus the Dot2 term ``2 gamma_h^2 sum|t|``
+    (h roundings per term in its lane, 5 meetings), far below a plain float64 dot's, and
+    within the element's repair bound; scaling a row by a power of two (2^-600, below
+    Dekker's split range) scales the result exactly."""
+    from ozaki_backend.reference import direct
+
+    rng = np.random.default_rng(21)
+    k, n = 300, 12
+    A = rng.standard_normal((n, k)) * np.exp(3 * rng.standard_normal((n, k)))
+    B = rng.standard_normal((k, n))
+    # cancel: the last term of each element makes the sum nearly zero
+    for i in range(n):
+        A[i, -1] = -(A[i, :-1] @ B[:-1, i]) / B[-1, i]
+    rows, cols = np.arange(n), np.arange(n)
+    got = direct.dot2_in_order(A, B, rows, cols)
+    h = -(-k // direct.LANES) + 6
+    g = float(spec.gamma(np.int64(h)))
+    for i in range(n):
+        exact = _dot_exact(A[i], B[:, i])
+        size = sum(abs(Fraction(float(x)) * Fraction(float(y))) for x, y in zip(A[i], B[:, i]))
+        err = abs(Fraction(float(got[i])) - exact)
+        assert err <= U * abs(exact) + 2 * Fraction(g) ** 2 * size, i
+        assert float(size) > 1e9 * float(abs(exact))      # these do cancel
+    scaled = direct.dot2_in_order(np.ldexp(A, -600), B, rows, cols)
+    np.testing.assert_array_equal(scaled, np.ldexp(got, -600))
+
+
+def test_a_count_below_the_rule_escalates_to_it_when_too_many_stay_unsettled(monkeypatch):
+    """The product computed one count below the 1/16 rule's (``Choice.safe``) goes on
+    with the rule's count when the a-posteriori test leaves more than can be repaired;
+    its result is then that count's product."""
+    from ozaki_backend.reference import pipeline
+
+    rng = np.random.default_rng(15)
+    A, B = phi_matrix((256, 300), 3.0, rng), phi_matrix((300, 256), 3.0, rng)
+    ch = pipeline.count_choice(A, B, "accurate")
+    assert ch.safe == ch.n_moduli + 1
+    ob.reset_stats()
+    ob.matmul(A, B, engine="cpu")
+    assert ob.stats()["moduli"] == {ch.n_moduli: 1}          # settled below the rule
+    tried = []
+    product = pipeline.integer_product
+
+    def logged(A, B, s, t, n_moduli, sym=False):
+        tried.append(n_moduli)
+        return product(A, B, s, t, n_moduli, sym)
+
+    monkeypatch.setattr(pipeline, "integer_product", logged)
+    monkeypatch.setattr(spec, "repairable", lambda *a, **kw: False)
+    C = ob.matmul(A, B, engine="cpu")
+    assert tried[:2] == [ch.n_moduli, ch.safe]                # the rule's count next
+    assert tried[2:] in ([], [ch.all_pass])
+    E = exact_matmul(A, B)
+    native = np.max(np.abs(A @ B - E) / np.abs(E))
+    assert np.max(np.abs(C - E) / np.abs(E)) <= 2 * native + 2.0 ** -52

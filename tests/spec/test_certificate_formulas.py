@@ -12,7 +12,9 @@ import pytest
 
 from ozaki_backend.reference import certificate, scaling
 from ozaki_backend.spec import certificate as spec
-from ozaki_backend.spec.rules import KAPPA, NATIVE_K, POST_SHARE, native_growth
+from ozaki_backend.spec.rules import (KAPPA, NATIVE_K, OPTIMISTIC_ELEMENTS,
+                                     OPTIMISTIC_FAILING, OPTIMISTIC_SHARE, POST_SHARE,
+                                     REPAIR_ELEMENTS, REPAIR_TERMS, native_growth)
 from ozaki_backend.testing import exact_matmul, phi_matrix
 
 U = 2.0 ** -53
@@ -171,6 +173,43 @@ def test_choose_takes_the_fewest_count_with_at_most_a_sixteenth_failing():
     assert 40 <= 1000 * POST_SHARE < 100
 
 
+def test_choose_goes_one_count_below_where_few_enough_fail_there():
+    """With ``repairs`` (the real products) the count is one below the 1/16 rule's when
+    the output has at least OPTIMISTIC_ELEMENTS elements and at most half of them, and
+    at most OPTIMISTIC_FAILING times the repairable ones, fail a priori there; the
+    rule's count is then ``safe``, the escalation's first step."""
+    counts = list(range(2, 21))
+    size = OPTIMISTIC_ELEMENTS
+    hist = {14: size - 20000, 15: 18000, 16: 2000}   # rule: 15 (2000 fail); 14: 20000
+    assert spec.choose(hist, 0, size, counts) == spec.Choice(15, 2000, 16)
+    assert spec.choose(hist, 0, size, counts, repairs=4096) == \
+        spec.Choice(14, 20000, 16, 15)
+    # too many failing below: more than 8x the repairable ones, or more than half
+    assert 20000 > OPTIMISTIC_FAILING * 2499
+    assert spec.choose(hist, 0, size, counts, repairs=2499) == spec.Choice(15, 2000, 16)
+    wide = {14: size - 40000, 15: 38000, 16: 2000}
+    assert 40000 > OPTIMISTIC_SHARE * size
+    assert spec.choose(wide, 0, size, counts, repairs=10 ** 6).safe is None
+    # a smaller output never goes below
+    small = {14: size - 1 - 20000, 15: 18000, 16: 2000}
+    assert spec.choose(small, 0, size - 1, counts, repairs=4096).safe is None
+    # the table's first count has none below; certified a priori at the rule's count
+    assert spec.choose({2: size}, 0, size, counts, repairs=4096) == spec.Choice(2, 0, 2)
+    assert spec.choose({14: size - 5000, 15: 5000}, 0, size, counts, repairs=4096) == \
+        spec.Choice(14, 5000, 15, 15)
+    assert spec.next_count(spec.Choice(14, 100, 16, 15), {14}, 20) == 15
+    assert spec.next_count(spec.Choice(14, 100, 16, 15), {14, 15}, 20) == 16
+    assert spec.next_count(spec.Choice(15, 40, 16), {15}, 20) == 16
+
+
+def test_the_repair_cap_is_the_repairable_rule():
+    for k in (1, 64, 4096, REPAIR_TERMS // REPAIR_ELEMENTS + 1, 65536, 2 ** 27, 2 ** 28):
+        cap = spec.repair_cap(k)
+        assert cap == min(REPAIR_ELEMENTS, REPAIR_TERMS // k)
+        assert spec.repairable(cap, k) or cap == 0
+        assert not spec.repairable(cap + 1, k)
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_a_settled_window_gives_the_full_choice(seed):
     """window_choice: a window whose search (per element: the fewest passing count of
@@ -187,7 +226,12 @@ def test_a_settled_window_gives_the_full_choice(seed):
         if f is not None:
             full[counts[f]] = full.get(counts[f], 0) + 1
     none_full = sum(f is None for f in fewest)
-    want = spec.choose(full, none_full, size, counts)
+    repairs = int(rng.choice([0, 4, 4096]))
+    # as many copies of each element as make the output large enough to go below
+    copies = int(rng.choice([1, OPTIMISTIC_ELEMENTS // size + 1]))
+    full = {c: v * copies for c, v in full.items()}
+    none_full *= copies
+    want = spec.choose(full, none_full, size * copies, counts, repairs)
     for start in range(len(counts)):
         lo, hi, _ = spec.count_window(len(counts), start)
         hist, none, undecided = {}, 0, 0
@@ -201,8 +245,12 @@ def test_a_settled_window_gives_the_full_choice(seed):
                 none += 1
             else:
                 undecided += 1
-        got = spec.window_choice(hist, none, undecided, (lo, hi), counts, size)
+        hist = {c: v * copies for c, v in hist.items()}
+        got = spec.window_choice(hist, none * copies, undecided * copies, (lo, hi), counts,
+                                 size * copies, repairs)
         if got is not None:
             assert got.n_moduli == want.n_moduli and got.failing == want.failing, start
+            assert got.safe == want.safe, start
             assert got.all_pass in (None, want.all_pass), start
-    assert spec.window_choice(full, none_full, 0, None, counts, size) == want
+    assert spec.window_choice(full, none_full, 0, None, counts, size * copies,
+                              repairs) == want
