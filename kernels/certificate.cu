@@ -307,8 +307,9 @@ oz_direct(const double *__restrict__ A, i64 ars, i64 acs, const double *__restri
 // products (Dot2) in reference.direct.dot2_in_order's order: one warp per element, lane l
 // takes the terms k = l, l + 32, ... (p = RN(a b) and its error e, spec.two_prod_scaled:
 // Dekker's product of the frexp fractions, scaled back; (s, r) = TwoSum(s, p);
-// c = RN(c + RN(r + e)); no fused multiply-add), then the lanes meet pairwise ((s_l, r) = TwoSum(s_l, s_{l+h}),
-// c_l = RN(RN(c_l + c_{l+h}) + r), h = 16 .. 1), the result RN(s + c); with the bound of
+// c = RN(c + RN(r + e)); no fused multiply-add), then the lanes meet pairwise
+// ((s_l, r) = TwoSum(s_l, s_{l+h}), c_l = RN(RN(c_l + c_{l+h}) + r), h = 16 .. 1), the
+// result RN(s + c); with the bound of
 // spec.repair_bound when bound is non-null, from the bound GEMM's tile that starts at row
 // i0, column j0 (P, or P64 for k beyond int32: the elements listed all lie in it).
 // Block (32, 8): eight elements per block.

@@ -37,8 +37,8 @@ from typing import NamedTuple
 import numpy as np
 
 from .rules import (GATHER_SHARE, KAPPA, NATIVE_K, NATIVE_TYPICAL, OPTIMISTIC_ELEMENTS,
-                    OPTIMISTIC_FAILING, OPTIMISTIC_SHARE, POST_CAP, POST_KAPPA, POST_SHARE, REPAIR_ELEMENTS,
-                    REPAIR_TERMS)
+                    OPTIMISTIC_FAILING, OPTIMISTIC_SHARE, POST_CAP, POST_KAPPA, POST_SHARE,
+                    REPAIR_ELEMENTS, REPAIR_TERMS)
 
 #: float64 unit roundoff and smallest subnormal.
 U64 = 2.0 ** -53
@@ -314,11 +314,12 @@ def repair_cap(k: int) -> int:
 
 def optimistic(failing_below: int, elements: int, repairs: int) -> bool:
     """Whether a product is computed one count below the 1/16 rule's (``docs/spec.md``
-    §10.3) when ``failing_below`` of its ``elements`` fail a priori there: a product of
-    at least ``OPTIMISTIC_ELEMENTS`` elements, at most ``OPTIMISTIC_SHARE`` of them and at most ``OPTIMISTIC_FAILING`` times the elements
-    it can repair (``repairs``, :func:`repair_cap`; 0: none, the complex products). One
-    count below the rule's the a-posteriori test settles all but a few per cent of the
-    elements failing a priori (measured: 0.1–8 % on the families of
+    §10.3) when ``failing_below`` of its ``elements`` fail a priori there: an output of
+    at least ``OPTIMISTIC_ELEMENTS`` elements, at most ``OPTIMISTIC_SHARE`` of them
+    failing and at most ``OPTIMISTIC_FAILING`` times the elements it can repair
+    (``repairs``, :func:`repair_cap`; 0: none, the complex products). One count below
+    the rule's the a-posteriori test settles all but a few per cent of the elements
+    failing a priori (measured: 0.1–8 % on the families of
     ``scripts/accuracy_families.py``), so the unsettled ones stay within what is
     repaired and the product takes one modulus fewer; when they do not, it escalates
     to the rule's count."""

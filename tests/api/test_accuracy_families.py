@@ -68,6 +68,23 @@ def test_family(name, mode):
                                       exact_matmul(A, B))
 
 
+@pytest.mark.parametrize("name", ["phi2", "phi3", "phi4"])
+def test_one_count_below_the_rule_keeps_the_guarantees(name):
+    """Outputs of 2^16 elements on the families where the count goes one below the
+    1/16 rule's (``spec.certificate.optimistic``): computed at that count (the
+    a-posteriori test and the compensated repairs settle it), every element within its
+    bound and within ``gamma_k |A||B|``, the max relative error within twice native's."""
+    from ozaki_backend.reference.pipeline import count_choice
+
+    rng = np.random.default_rng(zlib.crc32(f"below/{name}".encode()))
+    A, B = family_operands(name, 256, 300, 256, rng)
+    ch = count_choice(A, B, "accurate")
+    assert ch.safe == ch.n_moduli + 1, ch                 # these data go below the rule
+    s = check(A, B)
+    assert s["certificate"] == {"certified": 1}, s["certificate"]
+    assert s["moduli"] == {ch.n_moduli: 1}, (s["moduli"], ch)
+
+
 def test_issue_two_by_two():
     a = np.array([[1e300, 1e-300]] * 2)
     b = np.array([[1e-300, 1e-300], [1e300, 1e300]])

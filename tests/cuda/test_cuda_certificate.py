@@ -228,6 +228,47 @@ def test_families_end_to_end_equal_cpu(name, mode):
         assert_same_bits(bound, b0)
 
 
+@pytest.mark.parametrize("name", ["phi3", "phi4"])
+def test_one_count_below_the_rule_equal_cpu(name):
+    """A product computed one count below the 1/16 rule's (``docs/spec.md`` §10.3; here
+    some 5000 elements tested a posteriori and 300-400 repaired as compensated dot
+    products, ``oz_repair``): the same bits, bounds, count and outcome as the CPU engine,
+    for NumPy and CuPy operands."""
+    rng = np.random.default_rng(zlib.crc32(f"below/{name}".encode()))
+    A, B = family_operands(name, 256, 300, 256, rng)
+    ch = rpipe.count_choice(A, B, "accurate")
+    assert ch.safe == ch.n_moduli + 1
+    ob.reset_stats()
+    C0, b0 = ob.matmul(A, B, engine="cpu", return_bound=True)
+    want = ob.stats()
+    assert want["moduli"] == {ch.n_moduli: 1}
+    for X, Y in ((A, B), (cupy.asarray(A), cupy.asarray(B))):
+        ob.reset_stats()
+        C, bound = ob.matmul(X, Y, engine="cuda", emulation="eager", return_bound=True)
+        got = ob.stats()
+        assert_same_bits(C, C0)
+        assert_same_bits(bound, b0)
+        assert (got["moduli"], got["certificate"]) == (want["moduli"], want["certificate"])
+
+
+def test_a_count_below_the_rule_escalates_as_on_the_cpu(monkeypatch):
+    """Nothing repairable (``spec.repairable`` patched): the product computed one count
+    below the rule's escalates to the rule's count, then ``all_pass`` — the same bits,
+    bounds and outcome as the CPU engine's escalation."""
+    rng = np.random.default_rng(zlib.crc32("below/phi3".encode()))
+    A, B = family_operands("phi3", 256, 300, 256, rng)
+    monkeypatch.setattr(spec, "repairable", lambda *a, **kw: False)
+    C0, b0, out0 = _run(A, B, "cpu", "accurate")
+    ob.reset_stats()
+    C, bound = ob.matmul(cupy.asarray(A), cupy.asarray(B), engine="cuda",
+                         emulation="eager", return_bound=True)
+    assert ob.stats()["certificate"] == out0
+    ch = rpipe.count_choice(A, B, "accurate")
+    assert {ch.n_moduli, ch.safe} <= set(ob.stats()["moduli"])     # tried, in that order
+    assert_same_bits(C, C0)
+    assert_same_bits(bound, b0)
+
+
 def test_moduli_for_agrees_on_device():
     rng = np.random.default_rng(9)
     for name in ("phi1", "phi2", "kscaled2_300"):
