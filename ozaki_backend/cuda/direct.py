@@ -3,8 +3,9 @@
 Mirrors :mod:`ozaki_backend.reference.direct`: ``kernels/certificate.cu``'s
 ``oz_direct`` (elements of one or two terms: the one product, or the compensated
 two-term sum) and ``oz_repair`` (the few elements the a-posteriori test leaves
-unsettled: float64 dot products in index order, native's own bound), both from the
-caller's operands and with the reference's operations, so the bits agree.
+unsettled: compensated dot products in the reference's lane order, native's kind of
+bound), both from the caller's operands and with the reference's operations, so the bits
+agree.
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ def direct_into(A, Bt, a: Side, b: Side, C, bound=None):
 
 def repair_into(A, Bt, a: Side, b: Side, bm: BoundMatrix, tiles, idx, count, C, bound=None):
     """Recompute the ``count`` elements listed in ``idx`` (int64 ``i n + j``, device) as
-    float64 dot products in the reference's order (one warp each), with their bound
-    (``bound``)."""
+    compensated dot products in the reference's order (``reference.direct.dot2_in_order``,
+    one warp each), with their bound (``bound``)."""
     m, n = C.shape
     if not count:
         return

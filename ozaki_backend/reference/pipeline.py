@@ -7,11 +7,12 @@ compared with bit for bit. The seed scheme has its own pipeline (``phase22.py``)
 ``engine.py`` chooses.
 
 ``precision="fp64"`` (``docs/spec.md`` §10.3–10.5): the count at which at most 1/16 of
-the elements fail the a-priori test against native DGEMM's error on these data; those
-are tested a posteriori and the few still unsettled recomputed as dot products
-(``direct.py``, which also computes the elements of one or two terms); when too many
-remain, the count every element passes, the most moduli, the exact residual pass, the
-native float64 product. Explicit ``moduli=`` / ``bits=`` use their count and report
+the elements fail the a-priori test against native DGEMM's error on these data (or one
+below it, where few enough fail there); those are tested a posteriori and the few still
+unsettled recomputed as compensated dot products (``direct.py``, which also computes the
+elements of one or two terms); when too many remain, the 1/16 rule's count, the count
+every element passes, the most moduli, the exact residual pass, the native float64
+product. Explicit ``moduli=`` / ``bits=`` use their count and report
 whether it met the target.
 """
 
