@@ -329,12 +329,8 @@ oz_repair(const i64 *__restrict__ idx, int count, int cols, const double *__rest
     const double *ar = A + (i64)row * ars, *b_ = Bt + (i64)col * brs;
     double s = 0.0, c = 0.0;
     for (int q = threadIdx.x; q < k; q += 32) {
-        double a = ar[(i64)q * acs], b = b_[(i64)q * bcs];
-        int ea, eb;
-        double fa = frexp(a, &ea), fb = frexp(b, &eb);
-        double h, l, s2, r;
-        oz_two_prod(fa, fb, h, l);
-        double p = __dmul_rn(a, b), e = ldexp(l, ea + eb);
+        double p, e, s2, r;
+        oz_two_prod_scaled(ar[(i64)q * acs], b_[(i64)q * bcs], p, e);
         oz_two_sum(s, p, s2, r);
         c = __dadd_rn(c, __dadd_rn(r, e));
         s = s2;

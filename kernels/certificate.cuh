@@ -169,6 +169,17 @@ __device__ __forceinline__ void oz_two_sum(double x, double y, double &s, double
     e = __dadd_rn(__dsub_rn(x, __dsub_rn(s, z)), __dsub_rn(y, z));
 }
 
+// spec.two_prod_scaled: p = RN(a b) and its error e, from Dekker's product of the frexp
+// fractions scaled back (exact wherever p is normal and e representable).
+__device__ __forceinline__ void oz_two_prod_scaled(double a, double b, double &p, double &e) {
+    int ea, eb;
+    double fa = frexp(a, &ea), fb = frexp(b, &eb);
+    double h, l;
+    oz_two_prod(fa, fb, h, l);
+    p = __dmul_rn(a, b);
+    e = ldexp(l, ea + eb);
+}
+
 // (C, bound) of a direct element; g2 = spec's up(gamma_2 up(gamma_2)) from the host.
 __device__ __forceinline__ void oz_direct_values(double a1, double b1, double a2, double b2,
                                                  bool two, double g2, double &C, double &bd) {

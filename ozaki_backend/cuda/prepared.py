@@ -151,8 +151,7 @@ class Prepared:
             return dec.all_pass
         self.widen()
         m, n = self.a.E.shape[0], self.b.E.shape[0]
-        return certificate.decide(self._again(), None, m * n, self.table,
-                                  repairs=self.repairs).all_pass
+        return certificate.decide(self._again(), None, m * n, self.table).all_pass
 
     def widen(self):
         """Compute the kept bits of every count, not only the window's."""
