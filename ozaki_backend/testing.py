@@ -30,7 +30,7 @@ import numpy as np
 from ._native import suspended
 
 __all__ = ["phi_matrix", "family_operands", "FAMILIES", "exact_matmul", "exact_complex_matmul",
-           "relative_errors",
+           "relative_errors", "reference_blas_matmul", "native_error_level",
            "max_relative_error", "error_bound", "sampled_rows_reference", "sampled_rows_error"]
 
 #: Unit roundoff of float64 (round to nearest).
@@ -530,6 +530,65 @@ def _complex_relative_errors(C, C_exact):
     rel = np.where(~fin, np.where(C == E, 0.0, np.inf), rel)
     rel = np.where(np.isnan(C), np.inf, rel)
     return rel
+
+
+@_native_products
+def reference_blas_matmul(A, B):
+    """``A @ B`` in float64 in the reference BLAS's loop order: netlib's ``dgemm``
+    (no transposes) runs, for each column ``j`` and ``l = 1 .. k``,
+    ``C(:, j) += B(l, j) * A(:, l)`` — every element summed in order along ``k``, each
+    product and sum rounded. A second native DGEMM beside the BLAS NumPy links.
+
+    Parameters
+    ----------
+    A : ndarray (m, k), B : ndarray (k, n)
+        Real operands (computed in float64).
+
+    Returns
+    -------
+    ndarray (m, n) float64
+    """
+    A = np.asarray(A, dtype=np.float64)
+    B = np.asarray(B, dtype=np.float64)
+    C = np.zeros((A.shape[0], B.shape[1]))
+    for l in range(A.shape[1]):
+        C += A[:, l:l + 1] * B[l:l + 1, :]
+    return C
+
+
+@_native_products
+def native_error_level(A, B, C_exact=None):
+    """Native DGEMM's max relative error on ``A @ B``: the larger of the linked BLAS's
+    (``np.matmul`` with interception suspended) and the reference BLAS's loop order
+    (:func:`reference_blas_matmul`), over the elements whose exact value is finite and
+    non-zero.
+
+    Why two: native's max relative error is decided at the output's most cancelling
+    element, where one implementation's rounding is a single draw; on a small output
+    that draw moves by more than 30x between summation orders (OpenBLAS's Haswell and
+    SkylakeX kernels, for one). "At least as accurate as native" means as accurate as
+    native DGEMM is, not as one build happened to be on one element (docs/precision.md).
+
+    Parameters
+    ----------
+    A, B : ndarray
+        Real 2-D operands.
+    C_exact : ndarray, optional
+        ``exact_matmul(A, B)`` if already computed.
+
+    Returns
+    -------
+    float
+    """
+    E = exact_matmul(A, B) if C_exact is None else C_exact
+    level = 0.0
+    with np.errstate(all="ignore"):
+        for C in (np.matmul(A, B), reference_blas_matmul(A, B)):
+            r = relative_errors(C, E)
+            r = r[np.isfinite(r)]
+            if r.size:
+                level = max(level, float(r.max()))
+    return level
 
 
 def max_relative_error(C, C_exact):

@@ -13,7 +13,8 @@ import pytest
 
 import ozaki_backend as ob
 from ozaki_backend.testing import (error_bound, exact_matmul, max_relative_error,
-                                   phi_matrix, relative_errors)
+                                   native_error_level, phi_matrix, reference_blas_matmul,
+                                   relative_errors)
 
 from bits import assert_same_bits
 
@@ -303,3 +304,24 @@ def test_error_bound_arguments():
     # k = 0: only the rounding of C (which is 0) remains.
     b0 = error_bound(np.ones((2, 0)), np.ones((0, 3)), ob.plan(2, 3, 0), np.zeros((2, 3)))
     assert (b0 > 0).all() and (b0 < 1e-300).all()
+
+
+def test_reference_blas_order_sums_along_k_in_order():
+    # (1 + 1e16) rounds to 1e16 before -1e16 arrives: the reference loop order gives 0
+    # where the exact value is 1 (a blocked or pairwise order may not).
+    A = np.array([[1.0, 1e16, -1e16]])
+    B = np.ones((3, 1))
+    assert reference_blas_matmul(A, B)[0, 0] == 0.0
+    X = np.arange(12.0).reshape(3, 4) - 5
+    Y = np.arange(20.0).reshape(4, 5) - 7
+    np.testing.assert_array_equal(reference_blas_matmul(X, Y), X @ Y)   # exact integers
+
+
+def test_native_error_level_is_the_worse_of_two_native_gemms():
+    rng = np.random.default_rng(5)
+    A, B = phi_matrix((16, 300), 2, rng), phi_matrix((300, 12), 2, rng)
+    E = exact_matmul(A, B)
+    level = native_error_level(A, B)
+    assert level == native_error_level(A, B, E)
+    assert level == max(max_relative_error(A @ B, E),
+                        max_relative_error(reference_blas_matmul(A, B), E))
