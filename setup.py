@@ -20,7 +20,8 @@ if os.path.exists(_hook):
     # matmul inner-loop hook and the BLAS call-site hook (GOT patching, Linux ELF; it
     # compiles to a stub elsewhere and says so at run time).
     ext_modules.append(Extension(
-        "ozaki_backend.dispatch._loophook", [_hook, os.path.join(_hook_dir, "_blashook.c")],
+        "ozaki_backend.dispatch._loophook", [_hook, os.path.join(_hook_dir, "_blashook.c"),
+         os.path.join(_hook_dir, "_dothook.c")],
         include_dirs=[numpy.get_include()],
         depends=[os.path.join(_hook_dir, "_hookstate.h")],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_22_API_VERSION")],

@@ -47,8 +47,17 @@ OZB_HIDDEN extern volatile long long g_floor;   /* smallest m*n*k any active sco
  * the engine's own products or the same product again, never routed (or counted). */
 OZB_HIDDEN extern OZB_THREAD int t_inside;
 
+/* Non-zero while a module-level wrapper (FastWrapper) runs on this thread: NumPy's dot
+ * called then (by the wrapper, or inside tensordot / multi_dot) reaches the dot hook's
+ * trampoline (_dothook.c) and goes to NumPy's function, not back to a wrapper. */
+OZB_HIDDEN extern OZB_THREAD int t_in_wrapper;
+
 /* Methods and initialisation of the BLAS hook, added to the _loophook module. */
 OZB_HIDDEN extern PyMethodDef ozb_blashook_methods[];
 OZB_HIDDEN int ozb_blashook_init(PyObject *module);
+
+/* Methods and initialisation of the dot hook (ndarray.dot, NumPy's dot builtin). */
+OZB_HIDDEN extern PyMethodDef ozb_dothook_methods[];
+OZB_HIDDEN int ozb_dothook_init(PyObject *module);
 
 #endif

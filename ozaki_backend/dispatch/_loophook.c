@@ -456,13 +456,22 @@ fw_vectorcall(PyObject *self_, PyObject *const *args, size_t nargsf, PyObject *k
     }
     if (verdict == FW_VECTOR) {
         BUMP(w_vector);
-        return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
-    }
-    if (verdict == FW_BELOW) {
+    } else if (verdict == FW_BELOW) {
         BUMP(w_below);
-        return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
     }
-    return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+    {
+        /* NumPy's dot, called by the function wrapped (tensordot's, multi_dot's) or by
+         * the Python wrapper, reaches the dot hook's trampoline (_dothook.c): it goes
+         * to NumPy's own function while a wrapper runs, not back to a wrapper (each
+         * product is decided once; what is left undecided reaches the BLAS hook). */
+        PyObject *res;
+        int prev = t_in_wrapper;
+        t_in_wrapper = 1;
+        res = PyObject_Vectorcall(verdict == FW_SLOW ? self->slow : self->original, args,
+                                  nargsf, kwnames);
+        t_in_wrapper = prev;
+        return res;
+    }
 }
 
 static PyObject *
@@ -766,7 +775,9 @@ PyInit__loophook(void)
         Py_DECREF(m);
         return NULL;
     }
-    if (PyModule_AddFunctions(m, ozb_blashook_methods) < 0 || ozb_blashook_init(m) < 0) {
+    if (PyModule_AddFunctions(m, ozb_blashook_methods) < 0 || ozb_blashook_init(m) < 0
+            || PyModule_AddFunctions(m, ozb_dothook_methods) < 0
+            || ozb_dothook_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

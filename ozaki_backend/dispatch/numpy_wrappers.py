@@ -46,7 +46,7 @@ def _original_dot(x, y):
     return call_decided(getattr(dot, "_ozaki_backend_original", dot), x, y)
 
 
-def route_dot(cfg, args, kwargs):
+def route_dot(cfg, args, kwargs, entry="np.dot"):
     """``np.dot(a, b, out=None)`` routed: N-d ``a`` against a 2-d ``b``.
 
     Parameters
@@ -55,6 +55,9 @@ def route_dot(cfg, args, kwargs):
         The scope's configuration.
     args, kwargs
         The call's arguments, as the wrapper received them.
+    entry : str
+        The entry point's name in counts and logs (``"ndarray.dot"`` for the method,
+        whose calls the dot hook hands over as ``np.dot(self, b, out)``).
 
     Returns
     -------
@@ -67,9 +70,9 @@ def route_dot(cfg, args, kwargs):
     a, b, out = bound
     why = pair_reason(a, b)
     if why:
-        return native(why, "np.dot")
+        return native(why, entry)
     if a.ndim < 2 or b.ndim != 2:
-        return native(dims_reason(a, b), "np.dot")
+        return native(dims_reason(a, b), entry)
     k = a.shape[-1]
     if b.shape[0] != k:
         return NOT_ROUTED  # NumPy raises its own error
@@ -80,11 +83,18 @@ def route_dot(cfg, args, kwargs):
     # reshape of `a` is a view for C-ordered stacks and any 2-d `a`; `out` (C order,
     # see ok_out) is written by the engine directly (one copy if it overlaps a or b).
     rows = math.prod(a.shape[:-1])
-    res = routed(cfg, a.reshape(rows, k), b, "np.dot",
+    res = routed(cfg, a.reshape(rows, k), b, entry,
                  out=None if out is None else out.reshape(rows, b.shape[1]))
     if res is NOT_ROUTED:
         return NOT_ROUTED
     return out if out is not None else res.reshape(shape)
+
+
+def route_ndarray_dot(cfg, args, kwargs):
+    """``a.dot(b, out=None)``, handed over by the dot hook as ``np.dot(a, b, out)``
+    (the same C function for plain ndarrays): :func:`route_dot` counted as
+    ``"ndarray.dot"``."""
+    return route_dot(cfg, args, kwargs, entry="ndarray.dot")
 
 
 def route_inner(cfg, args, kwargs):

@@ -11,6 +11,10 @@ model is ``mkl_fft``'s ``patch_numpy_fft`` / ``restore_numpy_fft`` / ``is_patche
 * ``numpy.dot``, ``numpy.inner``, ``numpy.einsum`` (and ``numpy.tensordot``,
   ``numpy.linalg.multi_dot`` where the BLAS hook is not installed: it sees all their
   products) are rebound to wrappers (``numpy_wrappers``);
+* ``ndarray.dot`` and NumPy's ``dot`` builtin (behind ``np.dot``, ``np.cov`` and
+  references taken before installation) lead to the dot hook (``dothook``), which hands
+  their calls to a dot wrapper before NumPy allocates the result; removed by
+  :func:`restore`;
 * ``scipy.linalg.blas.dgemm`` (and ``scipy.linalg._fblas.dgemm``, which
   ``get_blas_funcs("gemm")`` returns) is rebound now if SciPy is imported, else by a
   post-import hook as soon as ``scipy.linalg.blas`` loads (``scipy_blas``);
@@ -29,7 +33,8 @@ import functools
 import sys
 import threading
 
-from . import blashook, cupy_hook, loophook, numpy_wrappers, scipy_blas, torch_hook
+from . import (blashook, cupy_hook, dothook, loophook, numpy_wrappers, scipy_blas,
+               torch_hook)
 from .import_watch import ImportWatcher
 from .route import make_wrapper
 
@@ -38,6 +43,7 @@ _installed = False
 _originals: dict = {}     # (module name, attribute) -> original object
 _wrappers: dict = {}      # (module name, attribute) -> wrapper installed
 _scipy_hook = None        # the post-import hook while SciPy is not imported yet
+_method_router = None     # the dot wrapper ndarray.dot's calls are handed to (dothook)
 
 
 def install() -> None:
@@ -115,12 +121,26 @@ def _install_wrappers():
             if hooked and entry in numpy_wrappers.COVERED_BY_BLAS_HOOK:
                 continue  # every product of theirs reaches the BLAS hook
             _rebind(modname, attr, functools.partial(make_wrapper, impl=impl, entry=entry))
+        _install_dot_hook()
         if scipy_blas.MODULE in sys.modules:
             _patch_scipy()
         elif _scipy_hook is None:
             _scipy_hook = ImportWatcher(scipy_blas.MODULE, lambda _module: _patch_scipy(),
                                         "patch scipy.linalg.blas.dgemm")
             _scipy_hook.insert()
+
+
+def _install_dot_hook():
+    """ndarray.dot through a dot wrapper counted as ``"ndarray.dot"``, NumPy's ``dot``
+    builtin through the installed ``np.dot`` wrapper (``dothook``)."""
+    global _method_router
+    key = ("numpy", "dot")
+    if key not in _wrappers:
+        return
+    if _method_router is None:
+        _method_router = make_wrapper(_originals[key], numpy_wrappers.route_ndarray_dot,
+                                      "ndarray.dot")
+    dothook.install(_method_router, _wrappers[key])
 
 
 def _patch_scipy():
@@ -152,9 +172,11 @@ def restore() -> None:
     install the wrappers again. Code that took a reference to a wrapper keeps it (it
     stays correct: a wrapper outside a scope is the original).
     """
-    global _scipy_hook, _installed
+    global _scipy_hook, _installed, _method_router
     with _lock:
         blashook.remove()
+        dothook.remove()
+        _method_router = None
         cupy_hook.uninstall()
         torch_hook.uninstall()
         for (modname, attr), w in list(_wrappers.items()):

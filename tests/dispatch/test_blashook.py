@@ -11,7 +11,7 @@ import pytest
 
 import ozaki_backend as ob
 from ozaki_backend import _api
-from ozaki_backend.dispatch import blashook, config, patches, route
+from ozaki_backend.dispatch import blashook, config, dothook, patches, route
 
 from bits import assert_same_bits
 
@@ -20,6 +20,21 @@ pytestmark = [
     pytest.mark.skipif(not blashook.available(),
                        reason="NumPy's BLAS call site cannot be hooked on this platform"),
 ]
+
+
+
+@pytest.fixture(autouse=True)
+def blas_hook_alone(monkeypatch):
+    """These tests are about NumPy's BLAS call site: the dot hook (``dothook``), which
+    hands ndarray.dot and NumPy's dot to the wrappers before NumPy reaches BLAS, is
+    kept out of them (``tests/dispatch/test_dothook.py`` has its own)."""
+    dothook.remove()
+    monkeypatch.setattr(patches, "_install_dot_hook", lambda: None)
+    yield
+    monkeypatch.undo()
+    if patches.installed():
+        patches._install_dot_hook()
+
 
 CPU = dict(engine="cpu", min_size=0)
 rng = np.random.default_rng(12)
