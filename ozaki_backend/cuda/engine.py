@@ -309,6 +309,15 @@ class CudaEngine(Engine):
                 overflow = bool(overflow.get())
         return OVERFLOW if overflow else DONE
 
+    def native_shortcut(self, plan, a, b):
+        # Plain 2-D float64 CuPy operands only: the symmetric product mirrors a
+        # triangle and stacks loop over their matrices, both in the full path.
+        if (type(a) is not cupy.ndarray or type(b) is not cupy.ndarray or a.ndim != 2
+                or b.ndim != 2 or a.dtype != np.float64 or b.dtype != np.float64
+                or transpose_pair(a, b)):
+            return None
+        return pipeline.native_shortcut(plan, a.shape[0], b.shape[1], a.shape[1])
+
     def moduli_for(self, A, B, plan):
         with translating("CUDA engine"):
             if np.iscomplexobj(A) or np.iscomplexobj(B):

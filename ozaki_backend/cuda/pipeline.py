@@ -41,7 +41,8 @@ from ._common import KPAD, one_memory_query, round_up  # noqa: F401  (KPAD, roun
 from .integer_product import integer_product_into, residual_pass
 from .prepared import Prepared
 from .shape_memory import (GUESSES, _early_guess, _guess, _last_count, _native_again,
-                           _note_native, _performant, _ReadBack, _remember, _WrongGuess)
+                           _note_native, _performant, _ReadBack, _remember, _shape_memory,
+                           _WrongGuess)
 from .workspace import _nothing, _note_workspace, with_retries
 # Re-exported for the modules and tools that reach them as ``pipeline.X`` (``complex.py``,
 # ``outofcore.py``, the benchmarks, ``scripts/``, ``docs/configuration.md``). Module state
@@ -365,6 +366,34 @@ def _native_at_any_count(plan, m, n, k) -> bool:
     if not _performant(plan):
         return False
     return costs.native_faster(m, n, k, max(2, plan.expected_moduli - 1), False)
+
+
+def native_shortcut(plan, m, n, k):
+    """``f(A, B)`` computing an (m, k) @ (k, n) product natively while
+    :func:`_product_once` would (its first branch: no statistics, no count), or None.
+
+    ``f`` re-evaluates that branch on every call — the cost model, and for a shape that
+    went native for its count the per-thread probe counter (:func:`_native_again`) —
+    and returns None when the full path is due (the caller forgets ``f``); otherwise
+    it records the outcome as the full path does and returns ``cupy.matmul(A, B)``,
+    the same cuBLAS call ``_native_into`` makes. For callers that skip the rest of
+    the host path (``_api``): on the H200 that path cost ~0.2 ms a call, 4-8 % of a
+    4096^3 DGEMM.
+    """
+    if not plan.adaptive or not _performant(plan) or min(m, n, k) == 0:
+        return None
+    key = (m, n, k, plan.mode)
+    if not (_native_at_any_count(plan, m, n, k) or key in _shape_memory("native")):
+        return None
+
+    def native(A, B):
+        if not (_native_at_any_count(plan, m, n, k) or _native_again(plan, key)):
+            return None
+        C = cupy.matmul(A, B)
+        _stats.record_certificate(NATIVE_FASTER)
+        return C
+
+    return native
 
 
 def _cheaper_native(A, B, prep, out, alpha, beta, C0, bound, sym):

@@ -118,6 +118,44 @@ def test_fixed_counts_read_back_after_their_gemms(N):
     assert shape_memory.GUESSES["right"] == before["right"] + 1
 
 
+def test_a_shape_native_at_any_count_takes_the_native_shortcut(monkeypatch):
+    """A product the CUDA engine computes natively from its shape alone (native DGEMM
+    modelled faster at any count) is, from the thread's second call of that shape on,
+    computed by the engine's native shortcut (``Engine.native_shortcut``): the driver
+    is not entered, and the bits and the stats are the full path's; when the cost
+    model prefers the emulation again, the full path runs again."""
+    from ozaki_backend.cuda import costs
+
+    faster = [True]
+    monkeypatch.setattr(costs, "native_faster", lambda *a, **k: faster[0])
+    driven = []
+    real = pipeline.product_into
+
+    def counted(*a, **k):
+        driven.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(pipeline, "product_into", counted)
+    A, B = _operands("phi1", 8)
+    dA, dB = cupy.asarray(A), cupy.asarray(B)
+    native = (dA @ dB).get()
+    seen = []
+    for _ in range(4):
+        ob.reset_stats()
+        C = ob.matmul(dA, dB, engine="cuda", emulation="performant")
+        s = ob.stats()
+        seen.append((s["certificate"], s["routed"], s["native"], s["fallback"]))
+        assert_same_bits(C.get(), native)
+    assert len(driven) == 1, "the shortcut entered the driver"
+    assert seen == [({"native (faster)": 1}, 0, 1, 0)] * 4, seen
+    faster[0] = False
+    C0, out0, _ = _run(A, B, "cpu", "accurate")
+    ob.reset_stats()
+    C = ob.matmul(dA, dB, engine="cuda", emulation="performant")
+    assert len(driven) == 2 and ob.stats()["certificate"] == out0
+    assert_same_bits(C.get(), C0)
+
+
 def test_a_shape_that_went_native_for_its_count_stays_native_until_the_probe(monkeypatch):
     """``emulation="performant"``: once a shape's count made native DGEMM the cheaper
     product, the next calls of that shape run cuBLAS's DGEMM without preparing the
