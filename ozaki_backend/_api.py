@@ -236,10 +236,10 @@ def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None,
             return product(a, b, opts, out=out, alpha=alpha, beta=beta, c=c, plan=plan,
                            fp_name=fp_name, overflowed=overflowed, declined=declined,
                            _bound_out=_bound_out)
-    plain = (out is None and c is None and alpha == 1.0 and beta == 0.0 and plan is None
+    plain = (c is None and alpha == 1.0 and beta == 0.0 and plan is None
              and _bound_out is None)
     if plain and _local.__dict__.get("shortcuts"):
-        res = _shortcut(a, b, opts)
+        res = _shortcut(a, b, out, opts)
         if res is not None:
             return res
     f = semantics.foreign(a, b, out, c)
@@ -297,8 +297,8 @@ def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None,
     _stats.record("routed", f"engine={eng.name}" + (
         "" if xp is np else f" (CuPy operands{', via host' if eng is registry.HOST_COPY else ''})"),
         seconds=t.seconds)
-    if plain and xp is not np and not ms.batch:
-        _remember_shortcut(eng, p, a, b, opts)
+    if plain and xp is not np and not ms.batch and (out is None or direct):
+        _remember_shortcut(eng, p, a, b, out, opts)
     if bound3 is not None:
         _bound_out.append(bound3.reshape(ms.shape))
     if done == OVERFLOW and xp is np:
@@ -321,28 +321,30 @@ _local = threading.local()
 SHORTCUTS_KEPT = 64
 
 
-def _shortcut_key(a, b, opts):
-    """What decides a native shortcut: the operands' types, layouts and device, and the
-    options (None for operands without them, e.g. lists)."""
+def _shortcut_key(a, b, out, opts):
+    """What decides a native shortcut: the operands' (and ``out``'s) types, layouts and
+    device, and the options (None for operands without them, e.g. lists)."""
     try:
+        where = None if out is None else (type(out), out.shape, out.strides, out.dtype)
         return (type(a), type(b), a.shape, b.shape, a.strides, b.strides, a.dtype,
-                b.dtype, getattr(getattr(a, "device", None), "id", None),
+                b.dtype, getattr(getattr(a, "device", None), "id", None), where,
                 tuple(opts.items()))
     except (AttributeError, TypeError):     # not an array, or an unhashable option
         return None
 
 
-def _shortcut(a, b, opts):
-    """The product by this thread's shortcut for operands like ``a``, ``b``, or None
-    (none kept, or the engine says the full path is due: the shortcut is dropped)."""
-    key = _shortcut_key(a, b, opts)
+def _shortcut(a, b, out, opts):
+    """The product by this thread's shortcut for operands like ``a``, ``b`` (and
+    ``out``), or None (none kept, or the engine says the full path is due: the shortcut
+    is dropped)."""
+    key = _shortcut_key(a, b, out, opts)
     table = _local.shortcuts
     entry = table.get(key) if key is not None else None
     if entry is None:
         return None
     fn, reason = entry
     with _stats.timer() as t, _native.suspended():
-        res = fn(a, b)
+        res = fn(a, b, out)
     if res is None:
         del table[key]
         return None
@@ -350,11 +352,12 @@ def _shortcut(a, b, opts):
     return res
 
 
-def _remember_shortcut(eng, plan, a, b, opts):
-    """Keep ``eng``'s native shortcut for operands like ``a``, ``b`` if it offers one."""
-    key = _shortcut_key(a, b, opts)
+def _remember_shortcut(eng, plan, a, b, out, opts):
+    """Keep ``eng``'s native shortcut for operands like ``a``, ``b`` (and ``out``) if
+    it offers one."""
+    key = _shortcut_key(a, b, out, opts)
     offer = getattr(eng, "native_shortcut", None)
-    fn = offer(plan, a, b) if key is not None and offer is not None else None
+    fn = offer(plan, a, b, out) if key is not None and offer is not None else None
     if fn is None:
         return
     table = _local.__dict__.setdefault("shortcuts", {})

@@ -82,16 +82,18 @@ class Engine:
         element passes at no count (the product is then tested a posteriori)."""
         raise NotImplementedError
 
-    def native_shortcut(self, plan, a, b):
-        """A function ``f(a, b)`` that computes products of operands like ``a``, ``b``
-        (same types, shapes, strides, device) natively *without reading them*, or None.
+    def native_shortcut(self, plan, a, b, out=None):
+        """A function ``f(a, b, out)`` that computes products of operands like ``a``,
+        ``b`` (same types, shapes, strides, device; ``out`` None or of the same layout
+        as the given one) natively *without reading them*, or None.
 
         Where this engine decides from the shape alone (or from what it remembers of
         the shape) that its native GEMM computes the product, the caller may keep
         ``f`` and call it directly next time, skipping the semantics, the plan and the
         engine's driver. ``f`` records what the engine records for such a product and
-        returns the result, or None when the decision is due to be made again (the
-        caller then forgets ``f`` and takes the full path). Default: None.
+        returns the result (``out`` when given), or None when the decision is due to
+        be made again or ``out`` overlaps an operand (the caller then forgets ``f`` and
+        takes the full path). Default: None.
         """
         return None
 

@@ -309,12 +309,17 @@ class CudaEngine(Engine):
                 overflow = bool(overflow.get())
         return OVERFLOW if overflow else DONE
 
-    def native_shortcut(self, plan, a, b):
-        # Plain 2-D float64 CuPy operands only: the symmetric product mirrors a
-        # triangle and stacks loop over their matrices, both in the full path.
+    def native_shortcut(self, plan, a, b, out=None):
+        # Plain 2-D float64 CuPy operands only (the symmetric product mirrors a
+        # triangle and stacks loop over their matrices, both in the full path), and an
+        # `out` the full path would write in place (C-ordered float64, its shape).
         if (type(a) is not cupy.ndarray or type(b) is not cupy.ndarray or a.ndim != 2
                 or b.ndim != 2 or a.dtype != np.float64 or b.dtype != np.float64
                 or transpose_pair(a, b)):
+            return None
+        if out is not None and (type(out) is not cupy.ndarray or out.dtype != np.float64
+                                or out.shape != (a.shape[0], b.shape[1])
+                                or not out.flags.c_contiguous):
             return None
         return pipeline.native_shortcut(plan, a.shape[0], b.shape[1], a.shape[1])
 

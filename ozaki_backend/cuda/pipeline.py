@@ -369,14 +369,15 @@ def _native_at_any_count(plan, m, n, k) -> bool:
 
 
 def native_shortcut(plan, m, n, k):
-    """``f(A, B)`` computing an (m, k) @ (k, n) product natively while
+    """``f(A, B, out=None)`` computing an (m, k) @ (k, n) product natively while
     :func:`_product_once` would (its first branch: no statistics, no count), or None.
 
     ``f`` re-evaluates that branch on every call — the cost model, and for a shape that
     went native for its count the per-thread probe counter (:func:`_native_again`) —
     and returns None when the full path is due (the caller forgets ``f``); otherwise
-    it records the outcome as the full path does and returns ``cupy.matmul(A, B)``,
-    the same cuBLAS call ``_native_into`` makes. For callers that skip the rest of
+    it records the outcome as the full path does and returns
+    ``cupy.matmul(A, B, out=out)``, the cuBLAS call ``_native_into`` makes (``out``: a
+    C-ordered float64 (m, n) array; None is returned when it overlaps an operand). For callers that skip the rest of
     the host path (``_api``): on the H200 that path cost ~0.2 ms a call, 4-8 % of a
     4096^3 DGEMM.
     """
@@ -386,10 +387,13 @@ def native_shortcut(plan, m, n, k):
     if not (_native_at_any_count(plan, m, n, k) or key in _shape_memory("native")):
         return None
 
-    def native(A, B):
+    def native(A, B, out=None):
+        if out is not None and (cupy.may_share_memory(out, A) or
+                                cupy.may_share_memory(out, B)):
+            return None             # the full path computes it into a copy first
         if not (_native_at_any_count(plan, m, n, k) or _native_again(plan, key)):
             return None
-        C = cupy.matmul(A, B)
+        C = cupy.matmul(A, B, out=out)
         _stats.record_certificate(NATIVE_FASTER)
         return C
 

@@ -146,13 +146,21 @@ def test_a_shape_native_at_any_count_takes_the_native_shortcut(monkeypatch):
         s = ob.stats()
         seen.append((s["certificate"], s["routed"], s["native"], s["fallback"]))
         assert_same_bits(C.get(), native)
-    assert len(driven) == 1, "the shortcut entered the driver"
-    assert seen == [({"native (faster)": 1}, 0, 1, 0)] * 4, seen
+    out = cupy.empty((A.shape[0], B.shape[1]))
+    for _ in range(3):          # into out=: a shortcut of its own, from its second call
+        ob.reset_stats()
+        res = ob.matmul(dA, dB, engine="cuda", emulation="performant", out=out)
+        s = ob.stats()
+        seen.append((s["certificate"], s["routed"], s["native"], s["fallback"]))
+        assert res is out
+        assert_same_bits(out.get(), native)
+    assert len(driven) == 2, "the shortcut entered the driver"
+    assert seen == [({"native (faster)": 1}, 0, 1, 0)] * 7, seen
     faster[0] = False
     C0, out0, _ = _run(A, B, "cpu", "accurate")
     ob.reset_stats()
     C = ob.matmul(dA, dB, engine="cuda", emulation="performant")
-    assert len(driven) == 2 and ob.stats()["certificate"] == out0
+    assert len(driven) == 3 and ob.stats()["certificate"] == out0
     assert_same_bits(C.get(), C0)
 
 
