@@ -19,7 +19,9 @@
  * store each; NumPy's own method table is never written.
  *
  * The trampoline calls NumPy's function at once when no scope is active anywhere,
- * inside the router or the backend's own work, while a module-level wrapper runs
+ * for vector-shaped products and those below every active floor (the wrappers' own C
+ * verdict, counted as theirs), inside the router or the backend's own work, while a
+ * module-level wrapper runs
  * (t_in_wrapper: a wrapper's own call of NumPy's dot comes through here), for operands
  * that are not plain ndarrays, and for arguments other than (b[, out]) / (a, b[, out]):
  * those keep NumPy's exact behaviour, errors included. Otherwise it hands the call to
@@ -92,7 +94,8 @@ dot_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames), i;
 
     if (idle() || router == NULL || nargs < 1 || nargs + nkw > 2 || !only_out(kwnames)
-            || !PyArray_CheckExact(self) || !PyArray_CheckExact(args[0])) {
+            || !PyArray_CheckExact(self) || !PyArray_CheckExact(args[0])
+            || ozb_dot_verdict((PyArrayObject *)self, (PyArrayObject *)args[0])) {
         if (LOAD(g_active)) BUMP(d_native);
         return orig(self, args, nargs, kwnames);
     }
@@ -111,7 +114,8 @@ dot_builtin(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject 
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
 
     if (idle() || router == NULL || nargs < 2 || nargs + nkw > 3 || !only_out(kwnames)
-            || !PyArray_CheckExact(args[0]) || !PyArray_CheckExact(args[1])) {
+            || !PyArray_CheckExact(args[0]) || !PyArray_CheckExact(args[1])
+            || ozb_dot_verdict((PyArrayObject *)args[0], (PyArrayObject *)args[1])) {
         if (LOAD(g_active)) BUMP(d_native);
         return orig(module, args, nargs, kwnames);
     }

@@ -52,6 +52,11 @@ OZB_HIDDEN extern OZB_THREAD int t_inside;
  * trampoline (_dothook.c) and goes to NumPy's function, not back to a wrapper. */
 OZB_HIDDEN extern OZB_THREAD int t_in_wrapper;
 
+/* The module-level wrappers' C verdict on np.dot(a, b): 0 when the wrapper must decide
+ * (it may route), else the product is vector shaped or below every active floor
+ * (counted in the wrappers' fast-path statistics). */
+OZB_HIDDEN int ozb_dot_verdict(PyArrayObject *a, PyArrayObject *b);
+
 /* Methods and initialisation of the BLAS hook, added to the _loophook module. */
 OZB_HIDDEN extern PyMethodDef ozb_blashook_methods[];
 OZB_HIDDEN int ozb_blashook_init(PyObject *module);

@@ -350,6 +350,22 @@ fw_shape(int kind, PyArrayObject *a, PyArrayObject *b, PyObject *const *args,
     return *mnk < (double)LOAD(g_floor) ? FW_BELOW : FW_SLOW;
 }
 
+/* The wrappers' fast-path verdict on np.dot(a, b) (FW_SLOW, FW_VECTOR or FW_BELOW),
+ * counted as theirs: the dot hook's trampolines (_dothook.c) leave vector-shaped and
+ * small products to NumPy without going through a wrapper. */
+int
+ozb_dot_verdict(PyArrayObject *a, PyArrayObject *b)
+{
+    double mnk = 0.0;
+    int verdict = fw_shape(FW_DOT, a, b, NULL, 0, &mnk);
+    if (verdict == FW_VECTOR) {
+        BUMP(w_vector);
+    } else if (verdict == FW_BELOW) {
+        BUMP(w_below);
+    }
+    return verdict;
+}
+
 /* einsum("subscripts", a, b): m*n*k of its core product, the product of the sizes of
  * every label that is not a batch label (in both operands and in the output). Only
  * plain letters, one comma and an optional "->"; anything else (ellipsis, a repeated

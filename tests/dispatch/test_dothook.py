@@ -198,3 +198,24 @@ def test_the_blas_hook_still_routes_what_the_dot_hook_leaves(monkeypatch):
         monkeypatch.undo()
         if patches.installed():
             patches._install_dot_hook()
+
+
+def test_vector_shaped_and_small_products_never_enter_python():
+    """Declined in C, as the wrappers' fast path declines them (and counted there): a
+    matrix-vector ``a.dot(v)`` or a product below every floor costs what it costs
+    outside a scope (statsmodels' suites make millions of them)."""
+    from ozaki_backend.dispatch import routing
+
+    A, v, B = M(9, 9), M(9), M(9, 9)
+    calls = [lambda: A.dot(v), lambda: A.dot(B), lambda: v.dot(A),
+             lambda: dot_bound_before(A, B)]
+    ref = [f() for f in calls]
+    routing.recent.clear()
+    with ob.enabled(engine="cpu", min_size=10**9):
+        ob.reset_stats()
+        got = [f() for f in calls]
+        s = ob.stats()
+    assert s["c_fast_path"] == {"below_floor": 2, "vector_shaped": 2}, s["c_fast_path"]
+    assert s["native"] == 0 and not routing.recent      # no Python decision was made
+    for g, r in zip(got, ref):
+        assert_same_bits(g, r)
