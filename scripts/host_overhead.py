@@ -3,7 +3,8 @@ host overhead"), with the prepare stage replayed as a CUDA graph and without.
 
 For each shape, after four warm-up calls: ``calls`` products of N(0, 1) operands, one
 after the other (each waits only for its own count read-back, as a user's loop does).
-Printed per call (medians):
+Printed per call (medians), first for ``cupy.matmul`` itself (the DGEMM a product the
+engine computes natively costs), then for the product:
   wall  — the host's time in the call;
   wait  — of it, the time blocked in the count's read-back (the GPU catching up);
   host  — wall - wait: Python, launches and API calls (the overhead);
@@ -30,10 +31,18 @@ from ozaki_backend.cuda import graphs, pipeline
 from kernel_timeline import _shape, _warm_operands, host_profile  # scripts/ on sys.path
 
 
-def measure(m, k, n, calls=20):
+def measure(m, k, n, calls=20, native=False):
+    """Medians of wall, wait, host and gpu (us) of ``ob.matmul`` (``native``: of
+    ``cupy.matmul`` itself, the baseline of a product the engine hands to DGEMM)."""
     rng = cupy.random.default_rng(0)
     A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
     C = cupy.empty((m, n))
+    if native:
+        def product():
+            cupy.matmul(A, B, out=C)
+    else:
+        def product():
+            ob.matmul(A, B, out=C, engine="cuda")
     waits = []
     wait0 = pipeline._ReadBack.wait
 
@@ -47,7 +56,7 @@ def measure(m, k, n, calls=20):
     pipeline._ReadBack.wait = timed_wait
     try:
         for _ in range(4):
-            ob.matmul(A, B, out=C, engine="cuda")
+            product()
         cupy.cuda.Device().synchronize()
         walls, hosts, gpus = [], [], []
         for _ in range(calls):
@@ -55,7 +64,7 @@ def measure(m, k, n, calls=20):
             start, stop = cupy.cuda.Event(), cupy.cuda.Event()
             start.record()
             t0 = time.perf_counter()
-            ob.matmul(A, B, out=C, engine="cuda")
+            product()
             wall = time.perf_counter() - t0
             stop.record()
             stop.synchronize()
@@ -128,11 +137,23 @@ def steps(m, k, n, calls=20):
         print(f"  {name:<36} {np.median([a for a, _ in v]):8.0f} {np.median([b for _, b in v]):8.0f}")
 
 
+def _outcome(m, k, n):
+    """The certificate outcome of one product of the shape (after the timed calls)."""
+    rng = cupy.random.default_rng(0)
+    A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    ob.reset_stats()
+    ob.matmul(A, B, engine="cuda")
+    return ",".join(sorted(ob.stats()["certificate"])) or "-"
+
+
 def main(argv):
     shapes = [_shape(s) for s in (argv or ["256", "1024", "4096"])]
     print(f"{'m,k,n':>16} {'graphs':>6} {'wall us':>9} {'wait us':>9} {'host us':>9} "
           f"{'gpu us':>9}")
     for m, k, n in shapes:
+        wall, wait, host, gpu = measure(m, k, n, native=True)
+        print(f"{m},{k},{n:>6} {'DGEMM':>6} {wall:9.0f} {wait:9.0f} {host:9.0f} {gpu:9.0f}"
+              f"   (cupy.matmul itself; the outcome of ours: {_outcome(m, k, n)})")
         for on in ("1", "0"):
             os.environ["OZAKI_BACKEND_CUDA_GRAPHS"] = on
             graphs.clear()
