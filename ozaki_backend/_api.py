@@ -236,10 +236,9 @@ def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None,
             return product(a, b, opts, out=out, alpha=alpha, beta=beta, c=c, plan=plan,
                            fp_name=fp_name, overflowed=overflowed, declined=declined,
                            _bound_out=_bound_out)
-    plain = (c is None and alpha == 1.0 and beta == 0.0 and plan is None
-             and _bound_out is None)
+    plain = c is None and alpha == 1.0 and beta == 0.0 and _bound_out is None
     if plain and _local.__dict__.get("shortcuts"):
-        res = _shortcut(a, b, out, opts)
+        res = _shortcut(a, b, out, opts, plan)
         if res is not None:
             return res
     f = semantics.foreign(a, b, out, c)
@@ -298,7 +297,7 @@ def product(a, b, opts, *, out=None, alpha=1.0, beta=0.0, c=None, plan=None,
         "" if xp is np else f" (CuPy operands{', via host' if eng is registry.HOST_COPY else ''})"),
         seconds=t.seconds)
     if plain and xp is not np and not ms.batch and (out is None or direct):
-        _remember_shortcut(eng, p, a, b, out, opts)
+        _remember_shortcut(eng, p, a, b, out, opts, plan)
     if bound3 is not None:
         _bound_out.append(bound3.reshape(ms.shape))
     if done == OVERFLOW and xp is np:
@@ -321,23 +320,25 @@ _local = threading.local()
 SHORTCUTS_KEPT = 64
 
 
-def _shortcut_key(a, b, out, opts):
+def _shortcut_key(a, b, out, opts, plan):
     """What decides a native shortcut: the operands' (and ``out``'s) types, layouts and
-    device, and the options (None for operands without them, e.g. lists)."""
+    device, the options, and the shape of a given plan (which the full path checked when
+    the shortcut was kept); None for operands without them, e.g. lists."""
     try:
         where = None if out is None else (type(out), out.shape, out.strides, out.dtype)
+        planned = None if plan is None else (plan.m, plan.n, plan.k)
         return (type(a), type(b), a.shape, b.shape, a.strides, b.strides, a.dtype,
-                b.dtype, getattr(getattr(a, "device", None), "id", None), where,
+                b.dtype, getattr(getattr(a, "device", None), "id", None), where, planned,
                 tuple(opts.items()))
     except (AttributeError, TypeError):     # not an array, or an unhashable option
         return None
 
 
-def _shortcut(a, b, out, opts):
+def _shortcut(a, b, out, opts, plan):
     """The product by this thread's shortcut for operands like ``a``, ``b`` (and
-    ``out``), or None (none kept, or the engine says the full path is due: the shortcut
-    is dropped)."""
-    key = _shortcut_key(a, b, out, opts)
+    ``out``, ``plan``), or None (none kept, or the engine says the full path is due:
+    the shortcut is dropped)."""
+    key = _shortcut_key(a, b, out, opts, plan)
     table = _local.shortcuts
     entry = table.get(key) if key is not None else None
     if entry is None:
@@ -352,10 +353,10 @@ def _shortcut(a, b, out, opts):
     return res
 
 
-def _remember_shortcut(eng, plan, a, b, out, opts):
-    """Keep ``eng``'s native shortcut for operands like ``a``, ``b`` (and ``out``) if
-    it offers one."""
-    key = _shortcut_key(a, b, out, opts)
+def _remember_shortcut(eng, plan, a, b, out, opts, given):
+    """Keep ``eng``'s native shortcut (for ``plan``) for operands like ``a``, ``b`` (and
+    ``out``, the caller's plan ``given``) if it offers one."""
+    key = _shortcut_key(a, b, out, opts, given)
     offer = getattr(eng, "native_shortcut", None)
     fn = offer(plan, a, b, out) if key is not None and offer is not None else None
     if fn is None:

@@ -154,13 +154,23 @@ def test_a_shape_native_at_any_count_takes_the_native_shortcut(monkeypatch):
         seen.append((s["certificate"], s["routed"], s["native"], s["fallback"]))
         assert res is out
         assert_same_bits(out.get(), native)
-    assert len(driven) == 2, "the shortcut entered the driver"
-    assert seen == [({"native (faster)": 1}, 0, 1, 0)] * 7, seen
+    m, k, n = SHAPE
+    plan = ob.plan(m, n, k, engine="cuda", emulation="performant")
+    for _ in range(2):          # Plan.matmul: a shortcut of its own, from its second call
+        ob.reset_stats()
+        C = plan.matmul(dA, dB)
+        s = ob.stats()
+        seen.append((s["certificate"], s["routed"], s["native"], s["fallback"]))
+        assert_same_bits(C.get(), native)
+    assert len(driven) == 3, "the shortcut entered the driver"
+    assert seen == [({"native (faster)": 1}, 0, 1, 0)] * 9, seen
+    with pytest.raises(ValueError):  # a plan of another shape is refused, as always
+        ob.plan(m + 1, n, k, engine="cuda", emulation="performant").matmul(dA, dB)
     faster[0] = False
     C0, out0, _ = _run(A, B, "cpu", "accurate")
     ob.reset_stats()
     C = ob.matmul(dA, dB, engine="cuda", emulation="performant")
-    assert len(driven) == 3 and ob.stats()["certificate"] == out0
+    assert len(driven) == 4 and ob.stats()["certificate"] == out0
     assert_same_bits(C.get(), C0)
 
 
