@@ -150,8 +150,7 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
         return CERTIFIED
     ph = phases or _nothing
     key = (m, n, k, plan.mode)
-    if plan.adaptive and bound is None and (_native_at_any_count(plan, m, n, k) or
-                                            _native_again(plan, key)):
+    if plan.adaptive and bound is None and _native_unread(plan, m, n, k, key):
         # No statistics, no count: this GPU's DGEMM beats the emulation even at the
         # fewest moduli ordinary data could take (4096^3 and short reductions on the
         # H200), or this shape's last product went native for its count and the
@@ -368,16 +367,24 @@ def _native_at_any_count(plan, m, n, k) -> bool:
     return costs.native_faster(m, n, k, max(2, plan.expected_moduli - 1), False)
 
 
+def _native_unread(plan, m, n, k, key) -> bool:
+    """Whether the product goes to DGEMM before its operands are read: DGEMM faster
+    even at the fewest moduli ordinary data could take, or shape ``key`` went native
+    for its count and is not due for a probe (this counts the call,
+    :func:`_native_again`)."""
+    return _native_at_any_count(plan, m, n, k) or _native_again(plan, key)
+
+
 def native_shortcut(plan, m, n, k):
     """``f(A, B, out=None)`` computing an (m, k) @ (k, n) product natively while
     :func:`_product_once` would (its first branch: no statistics, no count), or None.
 
-    ``f`` re-evaluates that branch on every call — the cost model, and for a shape that
-    went native for its count the per-thread probe counter (:func:`_native_again`) —
-    and returns None when the full path is due (the caller forgets ``f``); otherwise
-    it records the outcome as the full path does and returns
-    ``cupy.matmul(A, B, out=out)``, the cuBLAS call ``_native_into`` makes (``out``: a
-    C-ordered float64 (m, n) array; None is returned when it overlaps an operand). For callers that skip the rest of
+    ``f`` re-evaluates that branch on every call (:func:`_native_unread`: the cost
+    model, and for a shape that went native for its count the per-thread probe counter)
+    and returns None when the full path is due (the caller forgets ``f``); otherwise it
+    records the outcome as the full path does and returns ``cupy.matmul(A, B, out=out)``,
+    the cuBLAS call ``_native_into`` makes (``out``: a C-ordered float64 (m, n) array;
+    None is returned when it overlaps an operand). For callers that skip the rest of
     the host path (``_api``): on the H200 that path cost ~0.2 ms a call, 4-8 % of a
     4096^3 DGEMM.
     """
@@ -391,7 +398,7 @@ def native_shortcut(plan, m, n, k):
         if out is not None and (cupy.may_share_memory(out, A) or
                                 cupy.may_share_memory(out, B)):
             return None             # the full path computes it into a copy first
-        if not (_native_at_any_count(plan, m, n, k) or _native_again(plan, key)):
+        if not _native_unread(plan, m, n, k, key):
             return None
         C = cupy.matmul(A, B, out=out)
         _stats.record_certificate(NATIVE_FASTER)

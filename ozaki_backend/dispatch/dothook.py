@@ -47,8 +47,9 @@ def install(method_router, builtin_router) -> bool:
         _reasons["all"] = "the _loophook extension is not built with the dot hook"
         return False
     _reasons.clear()
-    targets = ((_C.DOT_METHOD, "ndarray.dot", np.ndarray.__dict__.get("dot"), method_router),
-               (_C.DOT_BUILTIN, "dot builtin", _builtin_dot(), builtin_router))
+    targets = (
+        (_C.DOT_METHOD, "ndarray.dot", np.ndarray.__dict__.get("dot"), method_router),
+        (_C.DOT_BUILTIN, "dot builtin", _builtin_dot(), builtin_router))
     ok = True
     for which, name, owner, router in targets:
         why = (f"numpy has no {name}" if owner is None else

@@ -57,8 +57,9 @@ except (ImportError, AttributeError):  # not built, or built before it existed
 
 #: Entry point -> the argument convention the C fast path reads for it (the
 #: extension's FW_* constants); entry points not named only get its idle check.
-FAST_KINDS = {"np.dot": "FW_DOT", "ndarray.dot": "FW_DOT", "np.inner": "FW_INNER", "np.tensordot": "FW_TENSORDOT",
-              "np.einsum": "FW_EINSUM", "scipy dgemm": "FW_GEMM", "scipy zgemm": "FW_GEMM"}
+FAST_KINDS = {"np.dot": "FW_DOT", "ndarray.dot": "FW_DOT", "np.inner": "FW_INNER",
+              "np.tensordot": "FW_TENSORDOT", "np.einsum": "FW_EINSUM",
+              "scipy dgemm": "FW_GEMM", "scipy zgemm": "FW_GEMM"}
 
 #: Per thread: whether a decision about the current call was recorded in Python, so
 #: that the original function, if it runs, must not have the same product decided (and
