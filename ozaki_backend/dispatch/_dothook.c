@@ -148,6 +148,17 @@ def_slot(int which, PyObject *owner, const char **why)
     return where;
 }
 
+/* The hook `which` names (DH_METHOD, DH_BUILTIN), or NULL with a ValueError set. */
+static dothook_t *
+hook_of(long which)
+{
+    if (which < 0 || which >= DH_N) {
+        PyErr_SetString(PyExc_ValueError, "unknown dot hook");
+        return NULL;
+    }
+    return &g_dh[which];
+}
+
 static PyObject *
 dh_install(PyObject *self, PyObject *args)
 {
@@ -160,15 +171,11 @@ dh_install(PyObject *self, PyObject *args)
     dothook_t *h;
 
     if (!PyArg_ParseTuple(args, "iOO:dot_install", &which, &owner, &router)) return NULL;
-    if (which < 0 || which >= DH_N) {
-        PyErr_SetString(PyExc_ValueError, "dot_install: unknown hook");
-        return NULL;
-    }
+    if ((h = hook_of(which)) == NULL) return NULL;
     if (!PyCallable_Check(router)) {
         PyErr_SetString(PyExc_TypeError, "dot_install: the router must be callable");
         return NULL;
     }
-    h = &g_dh[which];
     if (h->installed) {
         if (owner != h->owner) return PyUnicode_FromString("installed on another object");
         Py_INCREF(router);
@@ -198,11 +205,7 @@ dh_remove(PyObject *self, PyObject *arg)
     long which = PyLong_AsLong(arg);
     dothook_t *h;
     if (which == -1 && PyErr_Occurred()) return NULL;
-    if (which < 0 || which >= DH_N) {
-        PyErr_SetString(PyExc_ValueError, "dot_remove: unknown hook");
-        return NULL;
-    }
-    h = &g_dh[which];
+    if ((h = hook_of(which)) == NULL) return NULL;
     if (!h->installed) Py_RETURN_FALSE;
     /* A call already past the pointer read finishes in the trampoline, which reads
      * h->orig (never cleared) and a router it holds a reference to. */
@@ -217,12 +220,10 @@ static PyObject *
 dh_installed(PyObject *self, PyObject *arg)
 {
     long which = PyLong_AsLong(arg);
+    dothook_t *h;
     if (which == -1 && PyErr_Occurred()) return NULL;
-    if (which < 0 || which >= DH_N) {
-        PyErr_SetString(PyExc_ValueError, "dot_installed: unknown hook");
-        return NULL;
-    }
-    return PyBool_FromLong(g_dh[which].installed);
+    if ((h = hook_of(which)) == NULL) return NULL;
+    return PyBool_FromLong(h->installed);
 }
 
 static PyObject *
