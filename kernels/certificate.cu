@@ -178,14 +178,15 @@ __device__ __forceinline__ OzElem oz_elem(const T *__restrict__ P, i64 ldp, cons
                                           const int *nA, const int *EA, const double *fb,
                                           const double *qb, const double *rb, const int *loB,
                                           const int *hiB, const int *nB, const int *FB, int kbits,
-                                          int with_direct) {
+                                          int with_direct, const int *ZA, const int *ZB) {
     OzElem e;
     int lo = loA[row], hi = hiA[row], lob = loB[col], hib = hiB[col];
     e.ov = min(hi, hib) - max(lo, lob) + 1;
     int ke = min(e.ov, min(nA[row], nB[col]));
     double g14 = G ? oz_g16_value(G[(i64)row * ldg + col]) : 0.0;
-    e.q = oz_prior(ke, EA[row], FB[col], kbits, (double)P[(i64)row * ldp + col], g14, G != nullptr,
-                   with_direct);
+    int kw = oz_window_terms(ke, ZA, nA[row], row, ZB, nB[col], col);
+    e.q = oz_prior(ke, kw, EA[row], FB[col], kbits, (double)P[(i64)row * ldp + col], g14,
+                   G != nullptr, with_direct);
     e.EF = EA[row] + FB[col];
     double x = oz_x(fa[row], qb[col], qa[row], fb[col]);
     e.x = e.ov > 0 ? x : 0.0;
@@ -199,11 +200,11 @@ __device__ __forceinline__ OzElem oz_elem(const T *__restrict__ P, i64 ldp, cons
         const int *__restrict__ hiA, const int *__restrict__ nA, const int *__restrict__ EA,      \
         const double *__restrict__ fb, const double *__restrict__ qb, const double *__restrict__ rb, \
         const int *__restrict__ loB, const int *__restrict__ hiB, const int *__restrict__ nB,     \
-        const int *__restrict__ FB, int kbits, int with_direct, const double *__restrict__ C,     \
-        i64 cr, i64 cc
+        const int *__restrict__ FB, int kbits, int with_direct, const int *__restrict__ ZA,       \
+        const int *__restrict__ ZB, const double *__restrict__ C, i64 cr, i64 cc
 #define OZ_ELEM_ARGS(P, ldp, row, col)                                                          \
     oz_elem(P, ldp, G, ldg, row, col, fa, qa, ra, loA, hiA, nA, EA, fb, qb, rb, loB, hiB, nB, FB, \
-            kbits, with_direct)
+            kbits, with_direct, ZA, ZB)
 
 template <class T>
 __device__ __forceinline__ void oz_post_level(const T *__restrict__ P, i64 ldp, OZ_ELEM_PARAMS,
@@ -259,14 +260,15 @@ __device__ __forceinline__ void oz_post_test(const T *__restrict__ P, i64 ldp, O
     extern "C" __global__ void __launch_bounds__(256)                                          \
         NAME##_level(const T *__restrict__ P, i64 ldp, OZ_ELEM_PARAMS, u64 *__restrict__ level) { \
         oz_post_level<T>(P, ldp, G, ldg, rows, cols, fa, qa, ra, loA, hiA, nA, EA, fb, qb, rb, \
-                         loB, hiB, nB, FB, kbits, with_direct, C, cr, cc, level);                            \
+                         loB, hiB, nB, FB, kbits, with_direct, ZA, ZB, C, cr, cc, level);                            \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(256)                                          \
         NAME##_test(const T *__restrict__ P, i64 ldp, OZ_ELEM_PARAMS, double level, int test,  \
                     double *__restrict__ bound, i64 br, i64 bc, int r_total, int c_total,      \
                     int i0, int j0, int cap, int *__restrict__ out, i64 *__restrict__ idx) {   \
         oz_post_test<T>(P, ldp, G, ldg, rows, cols, fa, qa, ra, loA, hiA, nA, EA, fb, qb, rb,  \
-                        loB, hiB, nB, FB, kbits, with_direct, C, cr, cc, level, test, bound, br, bc,        \
+                        loB, hiB, nB, FB, kbits, with_direct, ZA, ZB, C, cr, cc, level, test,    \
+                        bound, br, bc,        \
                         r_total, c_total, i0, j0, cap, out, idx);                               \
     }
 OZ_POST(oz_post_i32, int)

@@ -76,9 +76,19 @@ struct OzPrior {
     double cap, nu, target;
 };
 
+// spec.window_terms: max(1, min(ke, wA, wB)) with wA = nA - ZA (the row's entries inside
+// the bound GEMM's window), ke alone where the side has no window counts (ZA null: the
+// complex embedding).
+__device__ __forceinline__ int oz_window_terms(int ke, const int *ZA, int na, int ra,
+                                               const int *ZB, int nb, int cb) {
+    int kw = max(ke, 1);
+    if (ZA != nullptr) kw = min(kw, max(min(na - ZA[ra], nb - ZB[cb]), 1));
+    return kw;
+}
+
 // with_direct: elements of one or two terms are computed directly (exempt); not in the
-// complex scheme's embedding.
-__device__ __forceinline__ OzPrior oz_prior(int ke, int Ei, int Fj, int kbits, double P,
+// complex scheme's embedding. kw: oz_window_terms, the terms P sums at most.
+__device__ __forceinline__ OzPrior oz_prior(int ke, int kw, int Ei, int Fj, int kbits, double P,
                                             double G14, bool have_g, bool with_direct) {
     OzPrior q;
     q.ke = ke;
@@ -87,7 +97,7 @@ __device__ __forceinline__ OzPrior oz_prior(int ke, int Ei, int Fj, int kbits, d
     double lam = have_g ? oz_max(P, G14) : P;
     double kk = (double)max(ke, 1);
     q.cap = oz_down(__dmul_rn(kk - 1.0, lam));
-    double S = __ddiv_rn(P, __dsqrt_rn(kk));
+    double S = __ddiv_rn(P, __dsqrt_rn((double)kw));
     if (have_g) S = oz_max(S, G14);
     double g = __dsqrt_rn(ldexp(oz_min(kk, OZ_NATIVE_K), -1));
     q.nu = __dmul_rn(g, S);

@@ -687,9 +687,9 @@ __device__ __forceinline__ void oz_cert_counts(
     const double *__restrict__ rb, int bcols, const int *__restrict__ loA,
     const int *__restrict__ hiA, const int *__restrict__ nA, const int *__restrict__ EA,
     const int *__restrict__ loB, const int *__restrict__ hiB, const int *__restrict__ nB,
-    const int *__restrict__ FB, int kbits, int with_direct, int guess, int fixed, int lo,
-    int hi, int *__restrict__ out) {
-    __shared__ int lo_sh[OZ_CR], hi_sh[OZ_CR], n_sh[OZ_CR], e_sh[OZ_CR];
+    const int *__restrict__ FB, const int *__restrict__ ZA, const int *__restrict__ ZB, int kbits,
+    int with_direct, int guess, int fixed, int lo, int hi, int *__restrict__ out) {
+    __shared__ int lo_sh[OZ_CR], hi_sh[OZ_CR], n_sh[OZ_CR], e_sh[OZ_CR], z_sh[OZ_CR];
     __shared__ double qa_sh[OZ_CR], ra_sh[OZ_CR], fa_sh[OZ_NW][OZ_CR], fb_sh[OZ_NW][32];
     __shared__ int hist_sh[OZ_HIST];
     int col = blockIdx.x * 32 + threadIdx.x;
@@ -703,6 +703,7 @@ __device__ __forceinline__ void oz_cert_counts(
         hi_sh[r] = hiA[r0 + r];
         n_sh[r] = nA[r0 + r];
         e_sh[r] = EA[r0 + r];
+        z_sh[r] = ZA ? ZA[r0 + r] : 0;
         qa_sh[r] = qa[r0 + r];
         ra_sh[r] = ra[r0 + r];
     }
@@ -742,8 +743,9 @@ __device__ __forceinline__ void oz_cert_counts(
                     continue;
                 }
                 double g14 = G ? oz_g16_value(G[(i64)row * ldg + col]) : 0.0;
-                OzPrior q = oz_prior(ke, e_sh[rl], Fj, kbits, (double)p[b], g14, G != nullptr,
-                                     with_direct);
+                int kw = oz_window_terms(ke, ZA ? z_sh : nullptr, n_sh[rl], rl, ZB, nbj, col);
+                OzPrior q = oz_prior(ke, kw, e_sh[rl], Fj, kbits, (double)p[b], g14,
+                                     G != nullptr, with_direct);
                 double qai = qa_sh[rl], rai = ra_sh[rl];
                 // The staged counts from shared memory, any other (the largest, a fixed
                 // count outside them, the rest of a full search) from the tables.
@@ -789,11 +791,12 @@ __device__ __forceinline__ void oz_cert_counts(
         const double *__restrict__ qb, const double *__restrict__ rb, int bcols,                 \
         const int *__restrict__ loA, const int *__restrict__ hiA, const int *__restrict__ nA,    \
         const int *__restrict__ EA, const int *__restrict__ loB, const int *__restrict__ hiB,    \
-        const int *__restrict__ nB, const int *__restrict__ FB, int kbits, int with_direct,      \
-        int guess, int fixed, int lo, int hi, int *__restrict__ out) {                           \
+        const int *__restrict__ nB, const int *__restrict__ FB, const int *__restrict__ ZA,      \
+        const int *__restrict__ ZB, int kbits, int with_direct, int guess, int fixed, int lo,    \
+        int hi, int *__restrict__ out) {                                                         \
         oz_cert_counts<T>(P, ldp, rows, cols, G, ldg, fa, qa, ra, arows, fb, qb, rb, bcols, loA, \
-                          hiA, nA, EA, loB, hiB, nB, FB, kbits, with_direct, guess, fixed, lo,   \
-                          hi, out);                                                              \
+                          hiA, nA, EA, loB, hiB, nB, FB, ZA, ZB, kbits, with_direct, guess,      \
+                          fixed, lo, hi, out);                                                   \
     }
 OZ_CERT_COUNTS(oz_cert_counts_i32, int)
 OZ_CERT_COUNTS(oz_cert_counts_i64, i64)

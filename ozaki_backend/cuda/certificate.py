@@ -156,6 +156,16 @@ def all_factors(a: Side, b: Side, table: CountTable) -> Factors:
     return Factors(*factors(a, table), *factors(b, table))
 
 
+def window_counts(a: Side, b: Side, i0, i1, j0, j1):
+    """The kernels' ``(ZA, ZB)``: the non-zero entries below the bound GEMM's window of
+    the tile's rows of A and columns of B, from which they take the window's counts
+    ``n - Z`` (``spec.window_terms``); ``(None, None)`` for sides without them (the
+    complex embedding's, as the reference's)."""
+    if a.Z is None or b.Z is None or a.S2 is None or b.S2 is None:
+        return None, None
+    return span(a.Z, i0, i1), span(b.Z, j0, j1)
+
+
 def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status, fixed=None,
                 table: CountTable = REAL_TABLE, window=None, gathers: Gathers | None = None,
                 fac: Factors | None = None, with_direct=True):
@@ -186,7 +196,8 @@ def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status, fixed=None,
                            span(a.lo, i0, i1), span(a.hi, i0, i1), span(a.n, i0, i1),
                            span(a.E, i0, i1),
                            span(b.lo, j0, j1), span(b.hi, j0, j1), span(b.n, j0, j1),
-                           span(b.E, j0, j1), kbits, np.int32(1 if with_direct else 0),
+                           span(b.E, j0, j1), *window_counts(a, b, i0, i1, j0, j1), kbits,
+                           np.int32(1 if with_direct else 0),
                            guess, fix, np.int32(wlo),
                            np.int32(whi), status[1:]))
 
@@ -241,14 +252,15 @@ def _post_args(a: Side, b: Side, fac: Factors, c, i0, i1, j0, j1, G, k, C, with_
             span(a.lo, i0, i1), span(a.hi, i0, i1), span(a.n, i0, i1), span(a.E, i0, i1),
             span(fac.fb[c], j0, j1), span(fac.qb, j0, j1), span(fac.rb, j0, j1),
             span(b.lo, j0, j1), span(b.hi, j0, j1), span(b.n, j0, j1), span(b.E, j0, j1),
-            np.int32(int(k).bit_length()), np.int32(1 if with_direct else 0), Cv,
+            np.int32(int(k).bit_length()), np.int32(1 if with_direct else 0),
+            *window_counts(a, b, i0, i1, j0, j1), Cv,
             np.int64(Cv.strides[0] // 8),
             np.int64(Cv.strides[1] // 8))
 
 
 def posterior_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, n_moduli, C, *, bound=None,
                    test=True, gathers: Gathers | None = None, fac: Factors | None = None,
-                   table: CountTable = REAL_TABLE, cap=spec.REPAIR_ELEMENTS, with_direct=True):
+                   table: CountTable = REAL_TABLE, cap=None, with_direct=True):
     """The bound of ``C = RN(A'B' 2^(-s-t))`` into ``bound`` (when given) and, with
     ``test``, the a-posteriori test of the elements failing a priori at ``n_moduli``
     (:func:`~ozaki_backend.spec.certificate.posterior`). Returns ``(unsettled, idx)``:
@@ -257,6 +269,8 @@ def posterior_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, n_moduli, C, *, 
     their indices ``i n + j`` (None without ``test``), and the product's level (a float,
     read back; 0 without ``test``)."""
     m, n = C.shape
+    if cap is None:                     # the unsettled elements the product repairs
+        cap = spec.repair_cap(k, m * n)
     fac = fac or all_factors(a, b, table)
     c = n_moduli - table.counts[0]
     out = cupy.zeros(2, dtype=np.int32)
@@ -301,11 +315,14 @@ def data(a: Side, b: Side, bm: BoundMatrix, tiles, k, gathers: Gathers | None = 
     f64 = np.float64
     QA, QB = (a.SA + a.n).astype(f64), (b.SA + b.n).astype(f64)
     RA, RB = _norm_factor(a, QA), _norm_factor(b, QB)
+    ZA, ZB = window_counts(a, b, 0, m, 0, n)
     return spec.CertData(k, a.E.astype(np.int64), b.E.astype(np.int64),
                          a.X.astype(np.int64), b.X.astype(np.int64), QA, QB,
                          a.n.astype(f64), b.n.astype(f64), a.lo.astype(np.int64),
                          a.hi.astype(np.int64), b.lo.astype(np.int64), b.hi.astype(np.int64),
-                         P, RA, RB, G14)
+                         P, RA, RB, G14,
+                         None if ZA is None else (a.n - ZA).astype(f64),
+                         None if ZB is None else (b.n - ZB).astype(f64))
 
 
 def _norm_factor(side: Side, Q):

@@ -297,7 +297,7 @@ def _emulated(A, B, plan, prep, dec, out, alpha, beta, C0, bound, sym, ph, strat
             test=failing > 0, gathers=prep.gathers, fac=prep.factors(), table=prep.table)
         if failing:
             unsettled, near_overflow = (int(v) for v in res.get())
-            if unsettled and spec.repairable(unsettled, prep.k, near_overflow > 0):
+            if unsettled and spec.repairable(unsettled, prep.k, near_overflow > 0, m * n):
                 direct.repair_into(prep.A, prep.Bt, prep.a, prep.b, prep.bound_matrix(),
                                    prep.btiles, idx, unsettled, raw, bound)
             elif unsettled:
@@ -480,7 +480,7 @@ def _escalate(A0, B0, plan, prep, dec, C, bound):
         unsettled, near_overflow = (int(v) for v in res.get())
         if not unsettled:
             return CERTIFIED
-        if spec.repairable(unsettled, prep.k, near_overflow > 0):
+        if spec.repairable(unsettled, prep.k, near_overflow > 0, m * n):
             direct.repair_into(prep.A, prep.Bt, prep.a, prep.b, prep.bound_matrix(),
                                prep.btiles, idx, unsettled, C, bound)
             return CERTIFIED

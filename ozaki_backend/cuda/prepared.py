@@ -143,7 +143,8 @@ class Prepared:
     @property
     def repairs(self) -> int:
         """The unsettled elements this product repairs (0 for a table that does not)."""
-        return spec.repair_cap(self.k) if self.table.repairs else 0
+        m, n = self.a.E.shape[0], self.b.E.shape[0]
+        return spec.repair_cap(self.k, m * n) if self.table.repairs else 0
 
     def all_pass(self, dec):
         """``dec.all_pass``, the windowed search widened first when it left it open."""

@@ -50,11 +50,15 @@ def gathered(A, B, st: scaling.Statistics):
 
 
 def data(st: scaling.Statistics, G14=None) -> spec.CertData:
-    """The certificate's view of the statistics (``G14``: :func:`gathered`)."""
+    """The certificate's view of the statistics (``G14``: :func:`gathered`). The
+    window's counts ``nA - zA`` go with the real products' statistics (those with the
+    sums of squares); the complex embedding's, like the CUDA engine's, go without."""
+    real = st.S2A is not None
     return spec.CertData(st.k, st.E, st.F, st.xA, st.yB, st.SA + st.nA, st.SB + st.nB,
                          st.nA, st.nB, st.loA, st.hiA, st.loB, st.hiB, st.P,
                          spec.norm_factor(st.SA + st.nA, st.S2A, st.SA, st.nA),
-                         spec.norm_factor(st.SB + st.nB, st.S2B, st.SB, st.nB), G14)
+                         spec.norm_factor(st.SB + st.nB, st.S2B, st.SB, st.nB), G14,
+                         st.nA - st.zA if real else None, st.nB - st.zB if real else None)
 
 
 def element_counts(d: spec.CertData, st: scaling.Statistics, mode: str, *,
@@ -81,4 +85,4 @@ def choose_count(d: spec.CertData, st: scaling.Statistics, mode: str, *,
     need = element_counts(d, st, mode, max_moduli=max_moduli, shifts=shifts, pre=pre)
     hist, none = spec.histogram(need)
     return spec.choose(hist, none, need.size, list(range(MIN_MODULI, max_moduli + 1)),
-                       spec.repair_cap(d.k) if repairs else 0)
+                       spec.repair_cap(d.k, need.size) if repairs else 0)

@@ -148,7 +148,7 @@ def _adaptive(A0, B0, A, B, plan, st, d, want_bound):
         post = spec.posterior(d, s, t, C, pre, failing)
         un = post.unsettled
         n_un = int(un.sum())
-        if n_un == 0 or spec.repairable(n_un, st.k, bool(pre.big[un].any())):
+        if n_un == 0 or spec.repairable(n_un, st.k, bool(pre.big[un].any()), C.size):
             bound = post.bound if want_bound else None
             direct.repair_into(C, bound, A0, B0, d, pre.ke, un)
             return _finish(C, bound, A0, B0, d, pre, st, N, CERTIFIED, un if n_un else None)

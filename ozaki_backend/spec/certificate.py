@@ -38,7 +38,7 @@ import numpy as np
 
 from .rules import (GATHER_SHARE, KAPPA, NATIVE_K, NATIVE_TYPICAL, OPTIMISTIC_ELEMENTS,
                     OPTIMISTIC_FAILING, OPTIMISTIC_SHARE, POST_CAP, POST_KAPPA, POST_SHARE,
-                    REPAIR_ELEMENTS, REPAIR_TERMS)
+                    REPAIR_ELEMENTS, REPAIR_SHARE_LOG2, REPAIR_TERMS)
 
 #: float64 unit roundoff and smallest subnormal.
 U64 = 2.0 ** -53
@@ -82,6 +82,10 @@ class CertData(NamedTuple):
     G14 : float64 (m, n) or None
         The gathered largest-term lower bound in units of ``2^{E+F-14}``
         (:func:`gathered`); None where the gathers did not run (read as 0).
+    wA, wB : float64 (m,), (n,) or None
+        The non-zero entries inside the bound GEMM's window (``alpha > 0``: ``nA - zA``)
+        of each row of A and column of B; None for the complex embedding's statistics
+        (then the window's count is not used, :func:`window_terms`).
     """
 
     k: int
@@ -101,6 +105,8 @@ class CertData(NamedTuple):
     RA: object
     RB: object
     G14: object = None
+    wA: object = None
+    wB: object = None
 
 
 def _xp(x):
@@ -177,13 +183,27 @@ def cap(d: CertData, ke):
     return down((xp.maximum(ke, 1) - 1).astype(np.float64) * lower_terms(d))
 
 
+def window_terms(d: CertData, ke):
+    """float64 ``(m, n)``: ``max(1, min(k_ij, wA_i, wB_j))`` (``max(1, k_ij)`` without the
+    window's counts): at least the number of terms the bound GEMM ``P_ij`` sums, since a
+    term of ``P`` needs ``alpha_ik > 0`` and ``beta_kj > 0``."""
+    xp = _xp(d.P)
+    kw = xp.maximum(ke, 1)
+    if d.wA is not None:
+        kw = xp.minimum(kw, xp.maximum(xp.minimum(d.wA[:, None], d.wB[None, :]), 1)
+                        .astype(kw.dtype))
+    return kw.astype(np.float64)
+
+
 def native_scale(d: CertData, ke):
-    """``nu_ij = g(k_ij) max(P_ij / sqrt(k_ij), G14_ij)`` in units of ``2^{E_i+F_j-14}``
-    (round to nearest, as ``kernels/scaling.cu`` ``oz_native_scale``): native DGEMM's
-    typical rounding error over ``u`` (:func:`~.rules.native_growth`)."""
+    """``nu_ij = g(k_ij) max(P_ij / sqrt(kw_ij), G14_ij)`` in units of ``2^{E_i+F_j-14}``
+    (round to nearest, as ``kernels/certificate.cuh`` ``oz_prior``): native DGEMM's
+    typical rounding error over ``u`` (:func:`~.rules.native_growth`). ``kw``
+    (:func:`window_terms`) bounds the number of terms ``P`` sums, so ``P / sqrt(kw)`` is
+    a lower bound of ``||t_ij||_2`` by Cauchy–Schwarz over those terms."""
     xp = _xp(d.P)
     kk = xp.maximum(ke, 1).astype(np.float64)
-    S = d.P / xp.sqrt(kk)
+    S = d.P / xp.sqrt(window_terms(d, ke))
     if d.G14 is not None:
         S = xp.maximum(S, d.G14)
     g = xp.sqrt(xp.ldexp(xp.minimum(kk, float(NATIVE_K)), -1))
@@ -306,10 +326,13 @@ def fails_at(hist, none, c):
     return none + sum(v for N, v in hist.items() if N > c)
 
 
-def repair_cap(k: int) -> int:
-    """The most unsettled elements of reduction length ``k`` a product repairs
-    (:func:`repairable`: ``REPAIR_ELEMENTS``, and ``REPAIR_TERMS`` terms in all)."""
-    return min(REPAIR_ELEMENTS, REPAIR_TERMS // max(int(k), 1))
+def repair_cap(k: int, elements: int = 0) -> int:
+    """The most unsettled elements a product of reduction length ``k`` and ``elements``
+    output elements repairs (:func:`repairable`): ``REPAIR_ELEMENTS`` with
+    ``REPAIR_TERMS`` terms in all, or ``2^-REPAIR_SHARE_LOG2`` of the output, whichever
+    is more."""
+    return max(min(REPAIR_ELEMENTS, REPAIR_TERMS // max(int(k), 1)),
+               int(elements) >> REPAIR_SHARE_LOG2)
 
 
 def optimistic(failing_below: int, elements: int, repairs: int) -> bool:
@@ -516,12 +539,13 @@ def posterior(d: CertData, s, t, C, pre: Prior, failing) -> Posterior:
     return Posterior(failing & ~ok, bound, level)
 
 
-def repairable(n_elements: int, k: int, near_overflow: bool = False) -> bool:
-    """Whether this many unsettled elements are recomputed one by one (rather than the
-    product escalated): at most ``REPAIR_ELEMENTS`` and ``REPAIR_TERMS`` terms, none of
-    them near the overflow threshold (``near_overflow``: :func:`big` for one of them;
-    its dot product could overflow)."""
-    if n_elements > repair_cap(k):
+def repairable(n_elements: int, k: int, near_overflow: bool = False,
+               elements: int = 0) -> bool:
+    """Whether this many unsettled elements of a product with ``elements`` output
+    elements are recomputed one by one (rather than the product escalated): at most
+    :func:`repair_cap`, none of them near the overflow threshold (``near_overflow``:
+    :func:`big` for one of them; its dot product could overflow)."""
+    if n_elements > repair_cap(k, elements):
         return False
     return not near_overflow
 

@@ -81,7 +81,7 @@ def test_the_count_lets_at_most_a_sixteenth_fail_a_priori():
     rule = min(N for N in fails if 16 * fails[N] <= size)
     assert 16 * fails[rule - 1] > size
     below = 2 * fails[rule - 1] <= size and \
-        fails[rule - 1] <= OPTIMISTIC_FAILING * spec.repair_cap(st_.k)
+        fails[rule - 1] <= OPTIMISTIC_FAILING * spec.repair_cap(st_.k, size)
     assert below                                # these data take the count below
     assert (ch.n_moduli, ch.safe) == (rule - 1, rule)
     assert ch.failing == fails[ch.n_moduli]

@@ -14,7 +14,8 @@ from ozaki_backend.reference import certificate, scaling
 from ozaki_backend.spec import certificate as spec
 from ozaki_backend.spec.rules import (KAPPA, NATIVE_K, OPTIMISTIC_ELEMENTS,
                                      OPTIMISTIC_FAILING, OPTIMISTIC_SHARE, POST_SHARE,
-                                     REPAIR_ELEMENTS, REPAIR_TERMS, native_growth)
+                                     REPAIR_ELEMENTS, REPAIR_SHARE_LOG2, REPAIR_TERMS,
+                                     native_growth)
 from ozaki_backend.testing import exact_matmul, phi_matrix
 
 U = 2.0 ** -53
@@ -92,9 +93,9 @@ def test_terms_are_at_least_the_nonzero_terms_and_exact_for_structures():
     assert (np.maximum(spec.terms(db), 0) >= truth).all() and spec.terms(db).max() <= 5
 
 
-@pytest.mark.parametrize("phi", [-1.0, 2.0, 4.0])
+@pytest.mark.parametrize("phi", [-1.0, 1.0, 2.0, 4.0])
 def test_native_scale_is_below_the_terms_2_norm(phi):
-    """nu = g(k) max(P / sqrt(k), G14) <= g(k) ||t_ij||_2 in units of 2^(E+F-14)
+    """nu = g(k) max(P / sqrt(kw), G14) <= g(k) ||t_ij||_2 in units of 2^(E+F-14)
     (a lower estimate of native's error scale), up to its own roundings."""
     rng = np.random.default_rng(int(phi) + 40)
     A, B = phi_matrix((16, 200), phi, rng), phi_matrix((200, 12), phi, rng)
@@ -104,6 +105,40 @@ def test_native_scale_is_below_the_terms_2_norm(phi):
     t2 = np.sqrt(exact_matmul(A * A, B * B))
     assert (nu <= native_growth(200) * t2 * (1 + 8 * U)).all()
     assert native_growth(10 ** 6) == native_growth(NATIVE_K) == np.sqrt(NATIVE_K / 2)
+
+
+@pytest.mark.parametrize("phi", [-1.0, 1.0, 2.0, 4.0])
+def test_window_terms_count_every_term_of_the_bound_gemm(phi):
+    """kw_ij = max(1, min(k_ij, wA_i, wB_j)) is at least the number of k with
+    alpha_ik > 0 and beta_kj > 0 (the terms P_ij sums, counted by a GEMM of the
+    indicators) and at most max(1, k_ij); on wide-range rows, where few entries lie in
+    the window, it is well below k_ij, so P / sqrt(kw) is the tighter lower bound of
+    ||t_ij||_2."""
+    rng = np.random.default_rng(int(phi) + 70)
+    A, B = phi_matrix((20, 600), phi, rng), phi_matrix((600, 14), phi, rng)
+    A[2, 100:] = 0.0
+    st_, d = _data(A, B)
+    ke = spec.terms(d)
+    kw = spec.window_terms(d, ke)
+    alpha = scaling.quantize_down(A, st_.E)
+    beta = scaling.quantize_down(B.T, st_.F)
+    pairs = (alpha > 0).astype(float) @ (beta > 0).astype(float).T
+    assert (pairs <= kw).all() and (kw <= np.maximum(ke, 1)).all()
+    assert (d.wA == (alpha > 0).sum(axis=1)).all() and (d.wB == (beta > 0).sum(axis=1)).all()
+    if phi >= 2:
+        assert np.median(kw / ke) < 0.5
+
+
+def test_the_complex_embeddings_data_have_no_window_counts():
+    """The complex embedding's statistics (no sums of squares) give no window counts,
+    as on the CUDA engine: kw = max(1, k_ij) there."""
+    rng = np.random.default_rng(77)
+    A, B = phi_matrix((6, 50), 2.0, rng), phi_matrix((50, 5), 2.0, rng)
+    st_ = scaling.statistics(A, B, "accurate", squares=False)
+    d = certificate.data(st_)
+    assert d.wA is None and d.wB is None
+    ke = spec.terms(d)
+    assert (spec.window_terms(d, ke) == np.maximum(ke, 1)).all()
 
 
 def test_target_is_kappa_u_nu_in_the_spread_units():
@@ -202,12 +237,21 @@ def test_choose_goes_one_count_below_where_few_enough_fail_there():
     assert spec.next_count(spec.Choice(15, 40, 16), {15}, 20) == 16
 
 
-def test_the_repair_cap_is_the_repairable_rule():
+@pytest.mark.parametrize("elements", [0, 2 ** 16, 2 ** 24, 2 ** 28])
+def test_the_repair_cap_is_the_repairable_rule(elements):
+    """The cap is REPAIR_ELEMENTS within REPAIR_TERMS terms, or 2^-REPAIR_SHARE_LOG2 of
+    the output when that is more (large outputs: the unsettled elements grow with
+    them); repairable() takes exactly that many, and none near the overflow."""
+    share = elements >> REPAIR_SHARE_LOG2
     for k in (1, 64, 4096, REPAIR_TERMS // REPAIR_ELEMENTS + 1, 65536, 2 ** 27, 2 ** 28):
-        cap = spec.repair_cap(k)
-        assert cap == min(REPAIR_ELEMENTS, REPAIR_TERMS // k)
-        assert spec.repairable(cap, k) or cap == 0
-        assert not spec.repairable(cap + 1, k)
+        cap = spec.repair_cap(k, elements)
+        assert cap == max(min(REPAIR_ELEMENTS, REPAIR_TERMS // k), share)
+        assert spec.repairable(cap, k, elements=elements) or cap == 0
+        assert not spec.repairable(cap + 1, k, elements=elements)
+        assert not spec.repairable(1, k, True, elements)
+    # 16384^2 outputs at k = 16384: 65536 elements, not 4096
+    assert spec.repair_cap(16384, 16384 ** 2) == 2 ** 16
+    assert spec.repair_cap(16384, 256 ** 2) == REPAIR_ELEMENTS
 
 
 @pytest.mark.parametrize("seed", range(40))
