@@ -32,6 +32,10 @@
 #               overlapped schedule for each SM count left free (OVERLAP_ARGS, e.g.
 #               '--sms 0,8,16,24 --blocks 0,2048'), bits against the plain tile loop,
 #               next to DGEMM; $OUT/overlap.log, $OUT/overlap.json; OVERLAP_TIMEOUT
+#   --repairs CASES  also scripts/certificate_repairs.py CASES (space-separated n:phi):
+#               the counts, outcome and unsettled elements (against the repair cap) of
+#               one eager product each, with eager/default/DGEMM times;
+#               $OUT/repairs.log; REPAIRS_TIMEOUT
 #   --host-overhead SHAPES  also scripts/host_overhead.py SHAPES (space-separated m,k,n
 #               or n; issue 18): the host's time per call of a device product, the
 #               prepare stage replayed as a CUDA graph and not; $OUT/host-overhead.log
@@ -59,7 +63,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
 run_tests=1 run_bench=1 run_tune=0 run_san=0 run_g8=0 run_dask=0 run_host=0 kexpr=() ws_parts=""
-prof_sizes="" ov_shapes="" ho_shapes="" ncu_shape="" steady_shapes=""
+prof_sizes="" ov_shapes="" ho_shapes="" ncu_shape="" steady_shapes="" rep_cases=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests-only) run_bench=0; shift ;;
@@ -73,6 +77,7 @@ while [ $# -gt 0 ]; do
     --profile) prof_sizes="$2"; run_tests=0; run_bench=0; shift 2 ;;
     --overlap) ov_shapes="$2"; run_tests=0; run_bench=0; shift 2 ;;
     --host-overhead) ho_shapes="$2"; shift 2 ;;
+    --repairs) rep_cases="$2"; shift 2 ;;
     --ncu) ncu_shape="$2"; shift 2 ;;
     --steady) steady_shapes="$2"; shift 2 ;;
     --host-path) run_hp=1; run_tests=0; run_bench=0; shift ;;
@@ -135,6 +140,12 @@ if [ -n "$steady_shapes" ]; then
   { timeout "${STEADY_TIMEOUT:-300}" python3 scripts/steady_ratio.py $steady_shapes &&
     timeout "${STEADY_TIMEOUT:-300}" python3 scripts/kernel_timeline.py --steady $steady_shapes
   } 2>&1 | grep -v -i "warn" >"$OUT/steady.log" || rc_steady=1
+fi
+rc_rep=0
+if [ -n "$rep_cases" ]; then
+  # shellcheck disable=SC2086
+  timeout "${REPAIRS_TIMEOUT:-200}" python3 scripts/certificate_repairs.py $rep_cases \
+    >"$OUT/repairs.log" 2>&1 || rc_rep=1
 fi
 rc_ho=0
 if [ -n "$ho_shapes" ]; then
@@ -260,6 +271,9 @@ if [ -n "$ws_parts" ]; then
     echo "==== workspace_symmetric.py $part (workspace-$part.log)"
     grep -v '^{' "$OUT/workspace-$part.log" | tail -n 25
   done
+fi
+if [ -n "$rep_cases" ]; then
+  echo "==== a-posteriori stage (repairs.log), rc=$rc_rep"; tail -n 12 "$OUT/repairs.log"
 fi
 if [ -n "$ho_shapes" ]; then
   echo "==== host time per call (host-overhead.log), rc=$rc_ho"; tail -n 20 "$OUT/host-overhead.log"

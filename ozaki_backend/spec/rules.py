@@ -67,9 +67,9 @@ POST_CAP = 2.0 ** 10
 #: products when there are at most ``REPAIR_ELEMENTS`` of them and their terms number at
 #: most ``REPAIR_TERMS``, or at most ``REPAIR_SHARE`` of the output's elements;
 #: otherwise the product is escalated (computed again). Why the share: the unsettled
-#: elements of a count grow with the output (0.03 % of a phi = 2 product at 16 moduli),
-#: and a fixed cap sent every large wide-range product to a second computation (16384^3
-#: on the H200: 342 ms eager against 182 one count higher); repairing 2^-12 of the
+#: elements of a count grow with the output (16384^3 phi = 2 at 16 moduli: 9080), and a
+#: fixed cap sent such products to a second computation (342 ms eager on the H200,
+#: against 187 ms with the repairs on an H100); repairing 2^-12 of the
 #: elements reads ``mnk / 2^8`` bytes, about 5 % of the time of 16 INT8 GEMMs of
 #: ``2 mnk`` operations (4 TB/s against 1.6 POPS), where an escalation costs 100 %.
 REPAIR_ELEMENTS = 4096
