@@ -159,6 +159,16 @@ hook_of(long which)
     return &g_dh[which];
 }
 
+/* The hook named by a Python int argument (dot_remove, dot_installed), or NULL with
+ * the error set. */
+static dothook_t *
+hook_arg(PyObject *arg)
+{
+    long which = PyLong_AsLong(arg);
+    if (which == -1 && PyErr_Occurred()) return NULL;
+    return hook_of(which);
+}
+
 static PyObject *
 dh_install(PyObject *self, PyObject *args)
 {
@@ -202,10 +212,8 @@ static PyObject *
 dh_remove(PyObject *self, PyObject *arg)
 {
     /* dot_remove(which) -> bool: NumPy's PyMethodDef put back (False: not installed). */
-    long which = PyLong_AsLong(arg);
-    dothook_t *h;
-    if (which == -1 && PyErr_Occurred()) return NULL;
-    if ((h = hook_of(which)) == NULL) return NULL;
+    dothook_t *h = hook_arg(arg);
+    if (h == NULL) return NULL;
     if (!h->installed) Py_RETURN_FALSE;
     /* A call already past the pointer read finishes in the trampoline, which reads
      * h->orig (never cleared) and a router it holds a reference to. */
@@ -219,10 +227,8 @@ dh_remove(PyObject *self, PyObject *arg)
 static PyObject *
 dh_installed(PyObject *self, PyObject *arg)
 {
-    long which = PyLong_AsLong(arg);
-    dothook_t *h;
-    if (which == -1 && PyErr_Occurred()) return NULL;
-    if ((h = hook_of(which)) == NULL) return NULL;
+    dothook_t *h = hook_arg(arg);
+    if (h == NULL) return NULL;
     return PyBool_FromLong(h->installed);
 }
 
