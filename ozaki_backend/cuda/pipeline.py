@@ -208,7 +208,8 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
 
         def check():
             host = back.wait()
-            got = _read_count(prep, host, plan, check_finite)
+            got = _cheapest_count(plan, m, n, k, _read_count(prep, host, plan, check_finite),
+                                  prep, widen=False)
             if got is None or got is NATIVE_FASTER or got.n_moduli != guess or \
                     prep.gathers is not None or (
                     plan.adaptive and (got.failing or got.direct or
@@ -242,7 +243,8 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
             _stats.record_certificate(outcome)
             return outcome
     elif read:
-        got = _read_count(prep, st.get(), plan, check_finite)
+        got = _cheapest_count(plan, m, n, k, _read_count(prep, st.get(), plan, check_finite),
+                              prep)
         if plan.adaptive and got is not None and got is not NATIVE_FASTER:
             _remember(key, _plain_count(prep, got))
     if read and got is None:
@@ -338,6 +340,30 @@ def _direct_product(A, B, prep, out, alpha, beta, C0, bound, sym):
     out[...] = apply_alpha_beta(raw, alpha, beta, C0)
     _stats.record_certificate(CERTIFIED)
     return CERTIFIED
+
+
+def _cheapest_count(plan, m, n, k, dec, prep, widen=True):
+    """``dec``, or with ``emulation="performant"`` the count every element passes a
+    priori where this GPU's model computes the product faster there than at ``dec``'s
+    count with the a-posteriori test (``docs/spec.md`` §10.4: that test is two passes
+    over the output, ~45 ps an element on the H200, more than one or two more INT8
+    GEMMs cost at k below ~10^4). Both are certified, the bits those of that count;
+    ``emulation="eager"`` (and the CPU engine) keep ``dec``. ``widen``: the windowed
+    search may be widened to find the count (another count pass); without it only a
+    count the window settled is taken."""
+    if (dec is None or dec is NATIVE_FASTER or not plan.adaptive or not dec.failing
+            or dec.direct_only or not _performant(plan)):
+        return dec
+    gathers = prep.gathers is not None
+    r = costs.rates()
+    tested = costs.emulation_seconds(m, n, k, dec.n_moduli, True, r, gathers)
+    # one count up is the least the raise can cost: widen only where that could pay
+    if costs.emulation_seconds(m, n, k, dec.n_moduli + 1, False, r, gathers) >= tested:
+        return dec
+    up = prep.all_pass(dec) if widen else dec.all_pass
+    if up is None or costs.emulation_seconds(m, n, k, up, False, r, gathers) >= tested:
+        return dec
+    return dec._replace(n_moduli=up, failing=0, all_pass=up, safe=None)
 
 
 def _native_faster(plan, m, n, k, dec, prep) -> bool:

@@ -222,3 +222,53 @@ def test_a_shape_that_went_native_for_its_count_stays_native_until_the_probe(mon
     # (captured by this call or an earlier test's product of the same shape and count)
     assert len(prepared) + graphs.COUNTS["replayed"] - replays == 3
     assert out == {"certified": 1}
+
+
+def _reference_choice(A, B):
+    """The CPU engine's :class:`~ozaki_backend.spec.certificate.Choice` for ``A @ B``."""
+    from ozaki_backend.reference import certificate, equilibrate, scaling
+    from ozaki_backend.spec import certificate as spec
+
+    A1, B1, _ = equilibrate.equilibrate(A, B)
+    st = scaling.statistics(A1, B1, "accurate")
+    G = (certificate.gathered(A1, B1, st)
+         if spec.gathers_needed(st.zA, st.nA, st.zB, st.nB) else None)
+    d = certificate.data(st, G)
+    return certificate.choose_count(d, st, "accurate")
+
+
+def test_performant_takes_the_count_all_pass_where_the_test_costs_more(monkeypatch):
+    """``emulation="performant"``: a product whose count leaves elements to the
+    a-posteriori test is computed at the count every element passes a priori when the
+    model prices that below the test (two passes over the output), certified, with the
+    CPU engine's bits at that count — on the first call (read back) and on the next
+    (started with the remembered count, checked before the output is written).
+    ``emulation="eager"`` keeps the count and the test, as the CPU engine does."""
+    from ozaki_backend.cuda import costs
+
+    monkeypatch.setattr(costs, "native_faster", lambda *a, **k: False)   # no early native
+    monkeypatch.setattr(pipeline, "_native_faster", lambda *a: False)
+    m, k, n = 256, 4096, 256
+    A, B = family_operands("banded", m, k, n, np.random.default_rng(0))
+    ch = _reference_choice(A, B)
+    assert ch.failing > 0 and ch.all_pass is not None and ch.all_pass > ch.n_moduli
+    up = ch.all_pass
+    assert costs.emulation_seconds(m, n, k, up, False) < costs.emulation_seconds(
+        m, n, k, ch.n_moduli, True)
+    dA, dB = cupy.asarray(A), cupy.asarray(B)
+    ob.reset_stats()
+    C = ob.matmul(dA, dB, engine="cuda", emulation="eager").get()
+    s = ob.stats()
+    assert dict(s["moduli"]) == {ch.n_moduli: 1} and s["certificate"] == {"certified": 1}
+    C0, out0, mod0 = _run(A, B, "cpu", "accurate")
+    assert_same_bits(C, C0)
+    fixed = ob.matmul(A, B, engine="cpu", moduli=up)
+    before = dict(shape_memory.GUESSES)
+    for call in range(2):
+        ob.reset_stats()
+        C = ob.matmul(dA, dB, engine="cuda", emulation="performant").get()
+        s = ob.stats()
+        assert dict(s["moduli"]) == {up: 1}, (call, s["moduli"])
+        assert s["certificate"] == {"certified": 1}
+        assert_same_bits(C, fixed)
+    assert shape_memory.GUESSES["right"] == before["right"] + 1
