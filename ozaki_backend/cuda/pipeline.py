@@ -553,4 +553,8 @@ def moduli_for(A, B, plan):
         return 2
     prep = Prepared(A, B, plan.mode, sym=transpose_pair(A, B))
     dec = prep.count(prep.status(True).get())
-    return 0 if dec.direct_only else dec.n_moduli
+    if dec.direct_only:
+        return 0
+    # emulation="performant" may take the count every element passes a priori
+    m, k = A.shape
+    return _cheapest_count(plan, m, B.shape[1], k, dec, prep).n_moduli
