@@ -138,6 +138,19 @@ def test_tiles_download_while_the_rest_computes(monkeypatch, order, scheme_modul
     assert_same_bits(out, want)
 
 
+def test_large_results_come_down_in_blocks_of_at_most_the_block_bytes():
+    """Only the last block's download is not hidden behind the compute: a 512 MiB
+    result comes down in 8 blocks of 64 MiB, a 128 MiB one still in 4, a 2 GiB one in 8,
+    and a result below the threshold in one piece."""
+    from ozaki_backend.cuda import engine
+
+    assert engine.download_blocks(8192, 8192) == 8
+    assert engine.download_blocks(4096, 4096) == 4
+    assert engine.download_blocks(16384, 16384) == engine.OVERLAP_MAX_BLOCKS
+    assert engine.download_blocks(1024, 1024) == 1      # 8 MiB
+    assert engine.download_blocks(65536, 256) == 1      # a narrow side
+
+
 @pytest.mark.parametrize("la", ["C", "F", "T", "rows", "cols"])
 def test_upload_makes_no_host_copy(monkeypatch, la):
     """C- and F-ordered operands and views with contiguous rows (columns) go into the
