@@ -277,6 +277,19 @@ OZ_POST(oz_post_i64, i64)
 // ---------------------------------------------------------------------------------
 // Elements computed from their terms (reference/direct.py).
 
+// Whether the element of row (lo, hi, na) and column (lob, hib, nb) is direct (one or two
+// terms, spec.direct), and then its terms' indices k1 <= k2 (spec.direct_indices: the
+// column's support when nb <= 2, else the row's when na <= 2, else the overlap).
+__device__ __forceinline__ bool oz_direct_indices(int lo, int hi, int na, int lob, int hib,
+                                                  int nb, int &k1, int &k2) {
+    int ke = oz_terms(lo, hi, na, lob, hib, nb);
+    if (ke < 1 || ke > 2) return false;
+    if (nb <= 2) k1 = lob, k2 = hib;
+    else if (na <= 2) k1 = lo, k2 = hi;
+    else k1 = max(lo, lob), k2 = min(hi, hib);
+    return true;
+}
+
 // Direct elements (one or two terms: spec.direct_indices, spec.direct_values) of the
 // whole product, in place in C (and bound when non-null), from the caller's operands
 // (A: m x k rows, Bt: n x k rows). Block (32, 8) per 32 x 8 elements.
@@ -288,17 +301,57 @@ oz_direct(const double *__restrict__ A, i64 ars, i64 acs, const double *__restri
           double *__restrict__ C, i64 cr, i64 cc, double *__restrict__ bound, i64 br, i64 bc) {
     int col = blockIdx.x * 32 + threadIdx.x, row = blockIdx.y * 8 + threadIdx.y;
     if (row >= rows || col >= cols) return;
-    int lo = loA[row], hi = hiA[row], na = nA[row], lob = loB[col], hib = hiB[col], nb = nB[col];
-    int ke = oz_terms(lo, hi, na, lob, hib, nb);
-    if (ke < 1 || ke > 2) return;
     int k1, k2;
-    if (nb <= 2) k1 = lob, k2 = hib;
-    else if (na <= 2) k1 = lo, k2 = hi;
-    else k1 = max(lo, lob), k2 = min(hi, hib);
+    if (!oz_direct_indices(loA[row], hiA[row], nA[row], loB[col], hiB[col], nB[col], k1, k2))
+        return;
     bool two = k1 != k2;
     const double *ar = A + (i64)row * ars, *br_ = Bt + (i64)col * brs;
     double a1 = ar[(i64)k1 * acs], b1 = br_[(i64)k1 * bcs];
     double a2 = two ? ar[(i64)k2 * acs] : 0.0, b2 = two ? br_[(i64)k2 * bcs] : 0.0;
+    double v, bd;
+    oz_direct_values(a1, b1, a2, b2, two, g2, v, bd);
+    C[(i64)row * cr + (i64)col * cc] = v;
+    if (bound) bound[(i64)row * br + (i64)col * bc] = bd;
+}
+
+// Direct elements of the complex scheme's real embedding (docs/spec.md §11.4): as
+// oz_direct on A^ = [Ar, -Ai] (rows x 2k) and B^ = [[Br, Bi], [Bi, -Br]] (2k x 2n), whose
+// entries are read from the caller's parts in place (reference/complex.py embeds them):
+// A^[i, q] is Ar[i, q] for q < k and -Ai[i, q - k] beyond; column j < n of B^ is
+// [Br_j; Bi_j], column n + j is [Bi_j; -Br_j] (Brt, Bit: B's parts with its columns as
+// rows). loA/hiA/nA describe the embedding's rows, loB/hiB/nB its 2n columns (the
+// statistics the certificate read). C and bound are the embedding's layout [Re, Im]
+// (rows x 2n). Block (32, 8) per 32 x 8 elements.
+__device__ __forceinline__ double oz_cx_a(const double *ar, const double *ai, i64 acs, int k,
+                                          int q) {
+    return q < k ? ar[(i64)q * acs] : -ai[(i64)(q - k) * acs];
+}
+
+__device__ __forceinline__ double oz_cx_b(const double *br, const double *bi, i64 bcs, int k,
+                                          bool im, int q) {
+    if (q < k) return (im ? bi : br)[(i64)q * bcs];
+    return im ? -br[(i64)(q - k) * bcs] : bi[(i64)(q - k) * bcs];
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+oz_cx_direct(const double *__restrict__ Ar, const double *__restrict__ Ai, i64 ars, i64 acs,
+             const double *__restrict__ Brt, const double *__restrict__ Bit, i64 brs, i64 bcs,
+             int rows, int n, int k, const int *__restrict__ loA, const int *__restrict__ hiA,
+             const int *__restrict__ nA, const int *__restrict__ loB,
+             const int *__restrict__ hiB, const int *__restrict__ nB, double g2,
+             double *__restrict__ C, i64 cr, i64 cc, double *__restrict__ bound, i64 br, i64 bc) {
+    int col = blockIdx.x * 32 + threadIdx.x, row = blockIdx.y * 8 + threadIdx.y;
+    if (row >= rows || col >= 2 * n) return;
+    int k1, k2;
+    if (!oz_direct_indices(loA[row], hiA[row], nA[row], loB[col], hiB[col], nB[col], k1, k2))
+        return;
+    bool two = k1 != k2, im = col >= n;
+    int j = im ? col - n : col;
+    const double *ar = Ar + (i64)row * ars, *ai = Ai + (i64)row * ars;
+    const double *b_r = Brt + (i64)j * brs, *b_i = Bit + (i64)j * brs;
+    double a1 = oz_cx_a(ar, ai, acs, k, k1), b1 = oz_cx_b(b_r, b_i, bcs, k, im, k1);
+    double a2 = two ? oz_cx_a(ar, ai, acs, k, k2) : 0.0;
+    double b2 = two ? oz_cx_b(b_r, b_i, bcs, k, im, k2) : 0.0;
     double v, bd;
     oz_direct_values(a1, b1, a2, b2, two, g2, v, bd);
     C[(i64)row * cr + (i64)col * cc] = v;

@@ -173,8 +173,8 @@ def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status, fixed=None,
     docstring); with ``fixed`` (a count), only that count is tested. ``window``: the
     search visits only the counts of ``window = (lo, hi, ...)``
     (:func:`~ozaki_backend.spec.certificate.count_window`); ``gathers``: their lower
-    bounds join the test; ``with_direct=False`` (the complex embedding): only exact zeros
-    are exempt."""
+    bounds join the test; ``with_direct=False``: only exact zeros are exempt (the elements
+    of one or two terms are computed directly otherwise, in the complex embedding too)."""
     m, n = a.E.shape[0], b.E.shape[0]
     fac = fac or all_factors(a, b, table)
     fn = bm.kernel("oz_cert_counts", table)

@@ -23,7 +23,11 @@ products per modulus (``docs/spec.md`` §11). Mirrors
    ``Im`` and the CRT of both (the complex table's constants), in one pass written
    straight into the complex result;
 8. only when some element passed no a-priori test (or a bound is asked for): the real
-   engine's ``oz_certify`` on ``[Re, Im]``, then the residual pass, then ``ZGEMM``.
+   engine's ``oz_certify`` on ``[Re, Im]``, then the residual pass, then ``ZGEMM``;
+9. elements of the embedding with one or two terms (a diagonal or permutation factor,
+   a difference operator) computed from their terms, as in the real scheme
+   (``kernels/certificate.cu`` ``oz_cx_direct``, from the parts in place); when every
+   element is such, no integer product at all.
 
 Everything runs on the current CuPy stream; the usual path reads back one small array
 (the certificate's count, with the Inf/NaN and zero-imaginary-part flags). The workspace
@@ -46,7 +50,7 @@ from ..spec import certificate as spec
 from ..spec.complex_moduli import MAX_COMPLEX_MODULI, complex_crt_constants, \
     complex_moduli_for_bits
 from ..spec.moduli import KSPLIT, MIN_MODULI
-from . import certificate, loader, modgemm, pipeline, scaling
+from . import certificate, direct, loader, modgemm, pipeline, scaling
 from ._common import COMPLEX_TABLE, KPAD, LDC_PAD, Workspace, as_rows, blocks, round_up
 from ._prelude import complex_crt_prelude, complex_table_prelude
 from .modgemm import gemm_tn
@@ -489,8 +493,23 @@ def _certify(prep, N, C2, want_bound, test):
     bound = cupy.empty(C2.shape, dtype=np.float64) if want_bound else None
     res, _, level = certificate.posterior_into(
         prep.a, prep.b, prep.bound_matrix(), prep.btiles, prep.k, N, C2, bound=bound,
-        test=test, fac=prep.factors(), table=COMPLEX_TABLE, cap=0, with_direct=False)
+        test=test, fac=prep.factors(), table=COMPLEX_TABLE, cap=0)
     return bound, (int(res.get()[0]) if test else 0), level
+
+
+def _direct_into(parts: Parts, prep, C2, bound):
+    """The embedding's direct elements written into ``C2 = [Re, Im]`` (and ``bound``),
+    from the caller's parts (:func:`.direct.direct_embedding_into`)."""
+    direct.direct_embedding_into(parts.Ar, parts.Ai, parts.BrT, parts.BiT, prep.a, prep.b,
+                                 C2, bound)
+
+
+def _unstack_into(C2, C):
+    """``C`` (complex (m, n)) from the embedding's layout ``C2 = [Re, Im]``, in place."""
+    n = C.shape[1]
+    C.real[...] = C2[:, :n]
+    C.imag[...] = C2[:, n:]
+    return C
 
 
 def _residual_term(Xr, Xi, Yr, Yi, mode):
@@ -524,7 +543,7 @@ def residual_pass(parts: Parts, prep, n_moduli, d, C2, level):
     tn = t[:n]
     Art, Ait = _truncated(Ar, s, 0), _truncated(Ai, s, 0)
     Brt, Bit = _truncated(Br, tn, 1), _truncated(Bi, tn, 1)
-    return spec.add_residuals(d, spec.prior(d, with_direct=False), C2, level,
+    return spec.add_residuals(d, spec.prior(d), C2, level,
                               *_residual_term(Ar - Art, Ai - Ait, Br, Bi, prep.mode),
                               *_residual_term(Art, Ait, Br - Brt, Bi - Bit, prep.mode))
 
@@ -594,23 +613,35 @@ def _complex_once(A, B, plan, want_bound, phases, nonzero, out):
         return product_2d(A, B, plan, want_bound=want_bound, phases=phases,
                           real_a=not host[0], real_b=not host[1], out=out)
     dec = prep.count(host[off:], fixed)
+    C = out if out is not None else cupy.empty((m, n), dtype=np.complex128)
+    if fixed is None and dec.direct_only:
+        # every element of the embedding has at most two terms: no integer product
+        C2 = cupy.zeros((m, 2 * n), dtype=np.float64)
+        b2 = cupy.zeros((m, 2 * n), dtype=np.float64) if want_bound else None
+        _direct_into(parts, prep, C2, b2)
+        _stats.record_certificate(CERTIFIED)
+        return _unstack_into(C2, C), None if b2 is None else _part_bound(b2)
     N = dec.n_moduli
-    outcome = CERTIFIED if fixed is None or dec.failing == 0 else UNCERTIFIED
+    outcome = CERTIFIED if fixed is None or not (dec.failing or dec.direct) else UNCERTIFIED
     test = fixed is None and dec.failing > 0
+    patch = fixed is None and dec.direct > 0      # elements computed directly (§11.4)
     if not (test or want_bound):
         prep.release()              # the bound GEMM's workspace: only the rare paths
-    C = out if out is not None else cupy.empty((m, n), dtype=np.complex128)
     tried = set()
     while True:
         tried.add(N)
         s, t = prep.shifts(N)
         integer_product_into(parts, s, t[:n], N, C, phases)
         _stats.record_moduli(N)
-        if not (test or want_bound):
+        if not (test or want_bound or patch):
             break
         C2 = _stacked(C)
-        b2, unsettled, level = _certify(prep, N, C2, want_bound, test)
+        b2, unsettled, level = _certify(prep, N, C2, want_bound, test) \
+            if test or want_bound else (None, 0, 0.0)
         if not unsettled:
+            if patch:
+                _direct_into(parts, prep, C2, b2)
+                _unstack_into(C2, C)
             b = None if b2 is None else _part_bound(b2)
             _stats.record_certificate(outcome)
             return C, b
@@ -625,6 +656,8 @@ def _complex_once(A, B, plan, want_bound, phases, nonzero, out):
         rp = residual_pass(parts, prep, N, d, C2, level)
         if rp is not None:
             C2, b2 = rp
+            if patch:
+                _direct_into(parts, prep, C2, b2)
             _stats.record_certificate(RESIDUAL)
             return _compose(C2[:, :n], C2[:, n:]), _part_bound(b2) if want_bound else None
         warn_native("neither the certificate of the complex product with up to "
@@ -672,7 +705,8 @@ def moduli_for(A, B, plan):
     if 0 in A.shape or B.shape[1] == 0:
         return MIN_MODULI
     _, prep = prepare(A.real, A.imag, B.real, B.imag, plan.mode)
-    return prep.count(prep.status(True).get()).n_moduli
+    dec = prep.count(prep.status(True).get())
+    return 0 if dec.direct_only else dec.n_moduli
 
 
 __all__ = ["product_2d", "product_stacks", "moduli_for", "integer_product_into",

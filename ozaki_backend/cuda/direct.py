@@ -41,6 +41,28 @@ def direct_into(A, Bt, a: Side, b: Side, C, bound=None):
                       np.int64(0 if bound is None else bound.strides[1] // 8)))
 
 
+def direct_embedding_into(Ar, Ai, BrT, BiT, a: Side, b: Side, C2, bound=None):
+    """Overwrite the direct elements of the complex scheme's embedding ``C2 = [Re, Im]``
+    (m x 2n, and ``bound``) in place (``kernels/certificate.cu`` ``oz_cx_direct``):
+    ``oz_direct`` on ``Â = [Ar, -Ai]`` and ``B̂ = [[Br, Bi], [Bi, -Br]]`` read from the
+    caller's parts (``Ar``/``Ai`` m x k and ``BrT``/``BiT`` n x k, each pair with one pair
+    of strides) — the reference's :func:`ozaki_backend.reference.complex.direct_into`."""
+    m, n2 = C2.shape
+    if not (m and n2):
+        return
+    k = Ar.shape[1]
+    Xr, ars, acs, _ = as_rows(Ar)
+    Xi = as_rows(Ai)[0]
+    Yr, brs, bcs, _ = as_rows(BrT)
+    Yi = as_rows(BiT)[0]
+    _fn("oz_cx_direct")((-(-n2 // 32), -(-m // 8)), (32, 8),
+                        (Xr, Xi, ars, acs, Yr, Yi, brs, bcs, np.int32(m), np.int32(n2 // 2),
+                         np.int32(k), a.lo, a.hi, a.n, b.lo, b.hi, b.n, _G2, C2,
+                         np.int64(C2.strides[0] // 8), np.int64(C2.strides[1] // 8), bound,
+                         np.int64(0 if bound is None else bound.strides[0] // 8),
+                         np.int64(0 if bound is None else bound.strides[1] // 8)))
+
+
 def repair_into(A, Bt, a: Side, b: Side, bm: BoundMatrix, tiles, idx, count, C, bound=None):
     """Recompute the ``count`` elements listed in ``idx`` (int64 ``i n + j``, device) as
     compensated dot products in the reference's order (``reference.direct.dot2_in_order``,
@@ -72,4 +94,4 @@ def repair_into(A, Bt, a: Side, b: Side, bm: BoundMatrix, tiles, idx, count, C, 
             np.int64(0 if bound is None else bound.strides[1] // 8)))
 
 
-__all__ = ["direct_into", "repair_into"]
+__all__ = ["direct_into", "direct_embedding_into", "repair_into"]

@@ -108,8 +108,7 @@ class Prepared:
         if certify:
             certificate.counts_into(self.a, self.b, self.bm, self.btiles, self.k, st,
                                     fixed=fixed, table=self.table, window=self.window,
-                                    gathers=self.gathers, fac=self.factors(),
-                                    with_direct=not self.tied)
+                                    gathers=self.gathers, fac=self.factors())
             if fixed is None and self.gathers is None and self.a.Z is not None:
                 certificate.gate_into(self.a, self.b, st)
             # The window this search visited: :meth:`count` judges the read-back by

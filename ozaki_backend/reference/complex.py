@@ -38,7 +38,7 @@ from ..spec import certificate as spec
 from ..spec.complex_moduli import (MAX_COMPLEX_MODULI, complex_crt_constants,
                                    complex_moduli_for_bits)
 from ..spec.moduli import MIN_MODULI
-from . import certificate, crt, equilibrate, modgemm, pipeline, residues, scaling
+from . import certificate, crt, direct, equilibrate, modgemm, pipeline, residues, scaling
 from .pipeline import CERTIFIED, NATIVE, RESIDUAL, UNCERTIFIED
 
 
@@ -167,11 +167,11 @@ def integer_product(Ar, Ai, Br, Bi, s, t, n_moduli):
 
 def element_counts(st: scaling.Statistics, mode: str):
     """int64 ``(m, 2n)``: per element of the embedding the fewest complex moduli whose
-    a-priori test (``docs/spec.md`` §10.2 on the embedding, no direct elements) it
-    passes, 0 if none."""
+    a-priori test (``docs/spec.md`` §10.2 on the embedding; its direct elements pass at
+    every count) it passes, 0 if none."""
     d = certificate.data(st)
     return certificate.element_counts(d, st, mode, max_moduli=MAX_COMPLEX_MODULI,
-                                      shifts=shifts, pre=spec.prior(d, with_direct=False))
+                                      shifts=shifts, pre=spec.prior(d))
 
 
 def choose_count(st: scaling.Statistics, mode: str):
@@ -179,8 +179,7 @@ def choose_count(st: scaling.Statistics, mode: str):
     :func:`ozaki_backend.reference.certificate.choose_count`, over the complex table."""
     d = certificate.data(st)
     return certificate.choose_count(d, st, mode, max_moduli=MAX_COMPLEX_MODULI,
-                                    shifts=shifts, pre=spec.prior(d, with_direct=False),
-                                    repairs=False)
+                                    shifts=shifts, pre=spec.prior(d), repairs=False)
 
 
 def fixed_count(plan, k: int):
@@ -227,9 +226,20 @@ def residual_pass(parts, st, mode, n_moduli, C1, level):
     Brt, Bit = (np.ldexp(scaling.truncate(X.T, tn).T, -tn[None, :]) for X in (Br, Bi))
     d = certificate.data(st)
     return spec.add_residuals(
-        d, spec.prior(d, with_direct=False), C1, level,
+        d, spec.prior(d), C1, level,
         *_residual_term(Ar - Art, Ai - Ait, Br, Bi, mode),
         *_residual_term(Art, Ait, Br - Brt, Bi - Bit, mode))
+
+
+def direct_into(C2, bound, A0, B0, d, ke):
+    """Overwrite the direct elements of the embedding's ``C2 = [Re, Im]`` (m, 2n) (and
+    ``bound``) with their direct values (``docs/spec.md`` §10.5 on the embedding, §11.4):
+    the real scheme's :func:`~ozaki_backend.reference.direct.direct_into` on the
+    embedding of the caller's (not equilibrated) operands; returns how many there are."""
+    if not bool(spec.direct(ke).any()):
+        return 0
+    Ah, Bh = embed(A0.real, A0.imag, B0.real, B0.imag)
+    return direct.direct_into(C2, bound, Ah, Bh, d, ke)
 
 
 def _complex_2d(A0, B0, plan, want_bound):
@@ -242,14 +252,21 @@ def _complex_2d(A0, B0, plan, want_bound):
                                        np.ascontiguousarray(B0.imag))
     st = scaling.statistics(*embed(Ar, Ai, Br, Bi), plan.mode, squares=False)
     d = certificate.data(st)
-    pre = spec.prior(d, with_direct=False)
+    pre = spec.prior(d)
     if not plan.adaptive:                  # a fixed count: report, never escalate
         N = fixed_count(plan, k)
         s, t = shifts(st, N, plan.mode)
         re, im = integer_product(Ar, Ai, Br, Bi, s, t[:n], N)
-        outcome = CERTIFIED if bool(spec.passes(d, s, t, pre).all()) else UNCERTIFIED
+        # certified when every element passes and none is left to direct computation
+        ok = bool(spec.passes(d, s, t, pre).all()) and not bool(spec.direct(pre.ke).any())
         b = _part_bound(spec.result_bound(d, s, t, np.hstack([re, im]))) if want_bound else None
-        return ComplexProduct(compose(re, im), b, N, outcome)
+        return ComplexProduct(compose(re, im), b, N, CERTIFIED if ok else UNCERTIFIED)
+    if bool(pre.exempt.all()):             # every element has at most two terms
+        C2 = np.zeros((m, 2 * n))
+        b2 = np.zeros((m, 2 * n)) if want_bound else None
+        direct_into(C2, b2, A0, B0, d, pre.ke)
+        return ComplexProduct(compose(C2[:, :n], C2[:, n:]),
+                              _part_bound(b2) if want_bound else None, 0, CERTIFIED)
     ch = choose_count(st, plan.mode)
     tried = set()
     N = ch.n_moduli
@@ -261,8 +278,10 @@ def _complex_2d(A0, B0, plan, want_bound):
         failing = ~spec.passes(d, s, t, pre)
         post = spec.posterior(d, s, t, C2, pre, failing) if failing.any() else None
         if post is None or not post.unsettled.any():
-            b = _part_bound(spec.result_bound(d, s, t, C2)) if want_bound else None
-            return ComplexProduct(compose(re, im), b, N, CERTIFIED)
+            b2 = spec.result_bound(d, s, t, C2) if want_bound else None
+            direct_into(C2, b2, A0, B0, d, pre.ke)
+            return ComplexProduct(compose(C2[:, :n], C2[:, n:]),
+                                  None if b2 is None else _part_bound(b2), N, CERTIFIED)
         N2 = spec.next_count(ch, tried, MAX_COMPLEX_MODULI)
         if N2 is None:
             break
@@ -270,6 +289,7 @@ def _complex_2d(A0, B0, plan, want_bound):
     rp = residual_pass((Ar, Ai, Br, Bi), st, plan.mode, N, C2, post.level)
     if rp is not None:
         C2, b2 = rp
+        direct_into(C2, b2, A0, B0, d, pre.ke)
         return ComplexProduct(compose(C2[:, :n], C2[:, n:]),
                               _part_bound(b2) if want_bound else None, N, RESIDUAL)
     warn_native("neither the certificate of the complex product with up to "
@@ -350,8 +370,10 @@ def moduli_for(A, B, plan):
         return MIN_MODULI
     Ar, Ai, Br, Bi = equilibrate_parts(A.real.copy(), A.imag.copy(),
                                        B.real.copy(), B.imag.copy())
-    return choose_count(scaling.statistics(*embed(Ar, Ai, Br, Bi), plan.mode, squares=False),
-                        plan.mode).n_moduli
+    st = scaling.statistics(*embed(Ar, Ai, Br, Bi), plan.mode, squares=False)
+    if bool(spec.prior(certificate.data(st)).exempt.all()):
+        return 0                            # every element computed from its terms
+    return choose_count(st, plan.mode).n_moduli
 
 
 __all__ = ["ComplexProduct", "complex_2d", "moduli_for", "integer_product",

@@ -21,6 +21,7 @@ from ozaki_backend.spec.moduli import MIN_MODULI
 from ozaki_backend.testing import phi_matrix
 
 from bits import assert_same_bits
+from complex_cases import DIRECT_CASES, direct_cases
 
 
 def cmat(shape, phi, rng):
@@ -471,3 +472,29 @@ def test_out_of_memory_retries_then_falls_back(cupy, monkeypatch):
     with pytest.warns(ob.NativeFallbackWarning, match="out of memory"):
         got = ob.matmul(A, B, engine="cuda")
     np.testing.assert_array_equal(got, cupy.matmul(cupy.asarray(A), cupy.asarray(B)).get())
+
+
+@gpu
+@pytest.mark.parametrize("name", DIRECT_CASES)
+def test_direct_elements_bitwise_equal_to_cpu(cupy, name):
+    """The embedding's elements of one or two terms (``oz_cx_direct``, from the parts in
+    place): the CPU engine's bits and bound, its outcome and counts — host and device
+    operands, a strided ``out``."""
+    A, B = direct_cases(np.random.default_rng(3))[name]
+    ob.reset_stats()
+    ref, rb = ob.matmul(A, B, engine="cpu", return_bound=True)
+    st_ref = ob.stats()
+    ob.reset_stats()
+    got, gb = ob.matmul(A, B, engine="cuda", return_bound=True)
+    st = ob.stats()
+    assert st["certificate"] == st_ref["certificate"] == {"certified": 1}
+    assert st["moduli"] == st_ref["moduli"]
+    assert_same_bits(got, ref)
+    assert_same_bits(gb, rb)
+    out = cupy.zeros((A.shape[0], 2 * B.shape[1]), dtype=np.complex128)[:, ::2]
+    dev = ob.matmul(cupy.asarray(A), cupy.asarray(B), engine="cuda", out=out)
+    assert dev is out
+    assert_same_bits(out.get(), ref)
+    P = ob.plan(A.shape[0], B.shape[1], A.shape[1], engine="cuda")
+    assert P.moduli_for(cupy.asarray(A), cupy.asarray(B)) == \
+        ob.plan(A.shape[0], B.shape[1], A.shape[1], engine="cpu").moduli_for(A, B)

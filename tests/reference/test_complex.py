@@ -19,6 +19,7 @@ from ozaki_backend.testing import (exact_complex_matmul, family_operands, max_re
                                    phi_matrix)
 
 from bits import assert_same_bits
+from complex_cases import DIRECT_CASES, direct_cases
 
 PHIS = (-1.0, 0.5, 2.0)
 
@@ -261,3 +262,51 @@ def test_native_fallback_is_numpys_and_warned():
     with pytest.warns(ob.NativeFallbackWarning):
         C = ob.matmul(A, B, engine="cpu")
     assert_same_bits(C, np.matmul(A, B))
+
+
+# --------------------------------------------------------------------------- direct elements
+
+@pytest.mark.parametrize("name", DIRECT_CASES)
+def test_elements_of_one_or_two_terms_are_computed_directly(name):
+    """§11.4: the embedding's elements of at most two terms are the real scheme's
+    direct values (``spec.direct_values`` of their terms: the one product, or the
+    compensated two-term sum), certified without a warning — no native fallback, not
+    the 22 moduli and residual pass a truncation would need for ``d`` over ten decades;
+    the other elements are the integer product's."""
+    import warnings
+    from ozaki_backend.spec import certificate as spec
+    A, B = direct_cases(np.random.default_rng(3))[name]
+    ob.reset_stats()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        C, b = ob.matmul(A, B, engine="cpu", return_bound=True)
+    st = ob.stats()
+    assert st["certificate"] == {"certified": 1}
+    assert within_bound(C, b, exact_complex_matmul(A, B))
+    # the direct elements' values, term by term (B's column j has at most one entry
+    # per part in the direct columns; Re = ar br - ai bi, Im = ar bi + ai br)
+    cols = np.nonzero((B != 0).sum(axis=0) == 1)[0]
+    rows = np.nonzero((A != 0).sum(axis=1) == 1)[0]
+    for j in cols:
+        q = int(np.nonzero(B[:, j])[0][0])
+        a, bq = A[:, q], np.full(A.shape[0], B[q, j])
+        re, _ = spec.direct_values(a.real, bq.real, -a.imag, bq.imag, np.ones(len(a), bool))
+        im, _ = spec.direct_values(a.real, bq.imag, a.imag, bq.real, np.ones(len(a), bool))
+        assert_same_bits(C[:, j].real, re)
+        assert_same_bits(C[:, j].imag, im)
+    direct_only = name != "mixed"
+    assert bool(st["moduli"]) != direct_only
+    P = ob.plan(A.shape[0], B.shape[1], A.shape[1], engine="cpu")
+    assert (P.moduli_for(A, B) == 0) == direct_only
+    if len(rows) == A.shape[0]:
+        assert direct_only
+
+
+def test_a_fixed_count_reports_direct_elements_uncertified():
+    """A fixed count computes every element by the integer product, so elements that
+    ``precision="fp64"`` would compute directly leave it uncertified (as the real
+    scheme's, §10.6)."""
+    A, B = direct_cases(np.random.default_rng(4))["diagonal"]
+    ob.reset_stats()
+    ob.matmul(A, B, engine="cpu", moduli=20)
+    assert ob.stats()["certificate"] == {"uncertified": 1}
