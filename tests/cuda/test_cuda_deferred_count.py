@@ -116,10 +116,6 @@ def test_fixed_counts_read_back_after_their_gemms(N):
     assert_same_bits(got, ref)
     assert ob.stats()["certificate"] == out0
     assert shape_memory.GUESSES["right"] == before["right"] + 1
-    # the plan says which count each setting computes with
-    assert ob.plan(m, n, k, engine="cuda", emulation="performant").moduli_for(dA, dB) == up
-    assert ob.plan(m, n, k, engine="cuda", emulation="eager").moduli_for(dA, dB) == \
-        ch.n_moduli
 
 
 def test_a_shape_native_at_any_count_takes_the_native_shortcut(monkeypatch):
