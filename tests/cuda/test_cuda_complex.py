@@ -488,7 +488,9 @@ def test_direct_elements_bitwise_equal_to_cpu(cupy, name):
     got, gb = ob.matmul(A, B, engine="cuda", return_bound=True)
     st = ob.stats()
     assert st["certificate"] == st_ref["certificate"] == {"certified": 1}
-    assert st["moduli"] == st_ref["moduli"]
+    # the CPU engine records the count it ends with, the GPU every count it computes
+    # (mixed: 16, then all_pass = 17 after the a-posteriori test)
+    assert max(st["moduli"], default=0) == max(st_ref["moduli"], default=0)
     assert_same_bits(got, ref)
     assert_same_bits(gb, rb)
     out = cupy.zeros((A.shape[0], 2 * B.shape[1]), dtype=np.complex128)[:, ::2]
