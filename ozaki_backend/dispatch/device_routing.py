@@ -360,10 +360,23 @@ def emulation_pays_off(m, n, k, batch, opts, *, complex_=False,
     if costs is None:
         return model.estimate(m, n, k, batch, n_gemms, n_mod, complex_)
     r = _engine_rates(costs, model.rates)
+    if _adaptive(numeric):
+        # the engine's own first gate (pipeline._native_at_any_count): one modulus below
+        # the expected count; the engine then reads the data and runs DGEMM itself
+        # where their count is not faster (a toss-up at 8192^3 with 16 moduli)
+        n_mod = max(2, n_mod - 1)
     nat = costs.native_seconds(m, n, k, r) * batch * (4 if complex_ else 1)
     emu = costs.emulation_seconds(m, n, k, n_mod, False, r) * batch * (2 if complex_ else 1)
     # the engine's rule: native where native is faster by its margin
     return Estimate(nat, emu, not nat * r.get("margin", 1.0) < emu)
+
+
+def _adaptive(numeric) -> bool:
+    """Whether the numerical options ``numeric`` (sorted pairs) choose the count per
+    product (``precision="fp64"``), not a fixed one."""
+    from ..plan import Plan
+
+    return Plan(1, 1, 1, **dict(numeric)).adaptive
 
 
 # --------------------------------------------------------------------------- decision
