@@ -371,9 +371,11 @@ def emulation_pays_off(m, n, k, batch, opts, *, complex_=False,
     return Estimate(nat, emu, not nat * r.get("margin", 1.0) < emu)
 
 
+@lru_cache(maxsize=64)
 def _adaptive(numeric) -> bool:
     """Whether the numerical options ``numeric`` (sorted pairs) choose the count per
-    product (``precision="fp64"``), not a fixed one."""
+    product (``precision="fp64"``), not a fixed one (once per options: every routed
+    device product asks)."""
     from ..plan import Plan
 
     return Plan(1, 1, 1, **dict(numeric)).adaptive
