@@ -661,7 +661,7 @@ extern "C" __global__ void oz_cert_factors(const int *__restrict__ kept, int row
 // The test is monotone in the count: the search starts at `guess` (the count ordinary
 // data certifies with) and walks down while it passes or up until it does. With fixed >= 0
 // only that count is tested (a fixed moduli= plan): out[0] += elements failing it.
-// with_direct = 0 (the complex scheme's embedding): only exact zeros are exempt.
+// with_direct = 0: only exact zeros are exempt (the host passes 1 for every product).
 // The search stays within the counts lo .. hi and the largest (OZ_NN - 1), those whose
 // kept bits were computed (oz_u_colmin_w): an element passing at lo counts at lo (its
 // count is at most lo: spec.window_choice tells when that settles the product's count);

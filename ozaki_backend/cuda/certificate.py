@@ -166,15 +166,21 @@ def window_counts(a: Side, b: Side, i0, i1, j0, j1):
     return span(a.Z, i0, i1), span(b.Z, j0, j1)
 
 
+#: The kernels' ``with_direct`` flag (``kernels/certificate.cuh`` ``oz_prior``): every
+#: product, the complex embedding's included, computes its elements of one or two terms
+#: directly, so it is always 1 (the kernels keep the flag; 0 would exempt only zeros).
+_WITH_DIRECT = np.int32(1)
+
+
 def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status, fixed=None,
                 table: CountTable = REAL_TABLE, window=None, gathers: Gathers | None = None,
-                fac: Factors | None = None, with_direct=True):
+                fac: Factors | None = None):
     """Queue the a-priori count over ``table``'s counts into ``status`` (module
     docstring); with ``fixed`` (a count), only that count is tested. ``window``: the
     search visits only the counts of ``window = (lo, hi, ...)``
     (:func:`~ozaki_backend.spec.certificate.count_window`); ``gathers``: their lower
-    bounds join the test; ``with_direct=False``: only exact zeros are exempt (the elements
-    of one or two terms are computed directly otherwise, in the complex embedding too)."""
+    bounds join the test. The elements of one or two terms are exempt (computed directly,
+    in the complex embedding too)."""
     m, n = a.E.shape[0], b.E.shape[0]
     fac = fac or all_factors(a, b, table)
     fn = bm.kernel("oz_cert_counts", table)
@@ -197,8 +203,7 @@ def counts_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, status, fixed=None,
                            span(a.E, i0, i1),
                            span(b.lo, j0, j1), span(b.hi, j0, j1), span(b.n, j0, j1),
                            span(b.E, j0, j1), *window_counts(a, b, i0, i1, j0, j1), kbits,
-                           np.int32(1 if with_direct else 0),
-                           guess, fix, np.int32(wlo),
+                           _WITH_DIRECT, guess, fix, np.int32(wlo),
                            np.int32(whi), status[1:]))
 
 
@@ -245,14 +250,14 @@ def decide(host, window, elements, table: CountTable = REAL_TABLE, fixed=None, r
 
 # --------------------------------------------------------------------------- a posteriori
 
-def _post_args(a: Side, b: Side, fac: Factors, c, i0, i1, j0, j1, G, k, C, with_direct):
+def _post_args(a: Side, b: Side, fac: Factors, c, i0, i1, j0, j1, G, k, C):
     Cv = C[i0:i1, j0:j1]
     return (G, np.int64(0 if G is None else G.shape[1]), np.int32(i1 - i0), np.int32(j1 - j0),
             span(fac.fa[c], i0, i1), span(fac.qa, i0, i1), span(fac.ra, i0, i1),
             span(a.lo, i0, i1), span(a.hi, i0, i1), span(a.n, i0, i1), span(a.E, i0, i1),
             span(fac.fb[c], j0, j1), span(fac.qb, j0, j1), span(fac.rb, j0, j1),
             span(b.lo, j0, j1), span(b.hi, j0, j1), span(b.n, j0, j1), span(b.E, j0, j1),
-            np.int32(int(k).bit_length()), np.int32(1 if with_direct else 0),
+            np.int32(int(k).bit_length()), _WITH_DIRECT,
             *window_counts(a, b, i0, i1, j0, j1), Cv,
             np.int64(Cv.strides[0] // 8),
             np.int64(Cv.strides[1] // 8))
@@ -260,7 +265,7 @@ def _post_args(a: Side, b: Side, fac: Factors, c, i0, i1, j0, j1, G, k, C, with_
 
 def posterior_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, n_moduli, C, *, bound=None,
                    test=True, gathers: Gathers | None = None, fac: Factors | None = None,
-                   table: CountTable = REAL_TABLE, cap=None, with_direct=True):
+                   table: CountTable = REAL_TABLE, cap=None):
     """The bound of ``C = RN(A'B' 2^(-s-t))`` into ``bound`` (when given) and, with
     ``test``, the a-posteriori test of the elements failing a priori at ``n_moduli``
     (:func:`~ozaki_backend.spec.certificate.posterior`). Returns ``(unsettled, idx)``:
@@ -287,8 +292,7 @@ def posterior_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, n_moduli, C, *, 
             P = bm.tile(i0, i1, j0, j1)
             G = None if gathers is None else gathers.tile(i0, i1, j0, j1)
             grid = (-(-(j1 - j0) // 32), -(-(i1 - i0) // 8))
-            args = (P, row_stride(P)) + _post_args(a, b, fac, c, i0, i1, j0, j1, G, k, C,
-                                                   with_direct)
+            args = (P, row_stride(P)) + _post_args(a, b, fac, c, i0, i1, j0, j1, G, k, C)
             name = f"oz_post_{'i64' if P.dtype == np.int64 else 'i32'}_{stage}"
             if stage == "level":
                 _fn(name)(grid, (32, 8), args + (level,))

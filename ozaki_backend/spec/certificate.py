@@ -156,11 +156,10 @@ def direct(ke):
     return (ke >= 1) & (ke <= 2)
 
 
-def exempt(ke, with_direct=True):
-    """Bool: elements no count has to certify — exact zeros (``k_ij <= 0``) and, where
-    they are computed directly (``with_direct``; not in the complex scheme's embedding),
-    the direct ones."""
-    return ke <= (2 if with_direct else 0)
+def exempt(ke):
+    """Bool: elements no count has to certify — exact zeros (``k_ij <= 0``) and the
+    direct ones (computed from their terms, in the complex scheme's embedding too)."""
+    return ke <= 2
 
 
 def big(d: CertData):
@@ -262,12 +261,12 @@ class Prior(NamedTuple):
     target: object
 
 
-def prior(d: CertData, with_direct: bool = True) -> Prior:
-    """Everything of the a-priori test that does not depend on the count
-    (``with_direct``: the elements of one or two terms are computed directly)."""
+def prior(d: CertData) -> Prior:
+    """Everything of the a-priori test that does not depend on the count (the elements
+    of one or two terms are computed directly: exempt)."""
     ke = terms(d)
     nu = native_scale(d, ke)
-    return Prior(ke, exempt(ke, with_direct), big(d), cap(d, ke), nu, target(d, nu))
+    return Prior(ke, exempt(ke), big(d), cap(d, ke), nu, target(d, nu))
 
 
 def passes(d: CertData, s, t, pre: Prior | None = None):
