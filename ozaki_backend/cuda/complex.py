@@ -659,7 +659,7 @@ def _complex_once(A, B, plan, want_bound, phases, nonzero, out):
             if patch:
                 _direct_into(parts, prep, C2, b2)
             _stats.record_certificate(RESIDUAL)
-            return _compose(C2[:, :n], C2[:, n:]), _part_bound(b2) if want_bound else None
+            return _unstack_into(C2, C), _part_bound(b2) if want_bound else None
         warn_native("neither the certificate of the complex product with up to "
                     f"{MAX_COMPLEX_MODULI} moduli nor the residual pass meets the "
                     "native-level target")

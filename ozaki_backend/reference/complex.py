@@ -174,12 +174,15 @@ def element_counts(st: scaling.Statistics, mode: str):
                                       shifts=shifts, pre=spec.prior(d))
 
 
-def choose_count(st: scaling.Statistics, mode: str):
+def choose_count(st: scaling.Statistics, mode: str, d=None, pre=None):
     """The :class:`~ozaki_backend.spec.certificate.Choice` of
-    :func:`ozaki_backend.reference.certificate.choose_count`, over the complex table."""
-    d = certificate.data(st)
+    :func:`ozaki_backend.reference.certificate.choose_count`, over the complex table
+    (``d``, ``pre``: the certificate's data and prior of ``st``, when the caller has
+    them)."""
+    d = certificate.data(st) if d is None else d
+    pre = spec.prior(d) if pre is None else pre
     return certificate.choose_count(d, st, mode, max_moduli=MAX_COMPLEX_MODULI,
-                                    shifts=shifts, pre=spec.prior(d), repairs=False)
+                                    shifts=shifts, pre=pre, repairs=False)
 
 
 def fixed_count(plan, k: int):
@@ -267,7 +270,7 @@ def _complex_2d(A0, B0, plan, want_bound):
         direct_into(C2, b2, A0, B0, d, pre.ke)
         return ComplexProduct(compose(C2[:, :n], C2[:, n:]),
                               _part_bound(b2) if want_bound else None, 0, CERTIFIED)
-    ch = choose_count(st, plan.mode)
+    ch = choose_count(st, plan.mode, d, pre)
     tried = set()
     N = ch.n_moduli
     while True:                            # the a-posteriori test (§10.4), then escalate
@@ -371,9 +374,11 @@ def moduli_for(A, B, plan):
     Ar, Ai, Br, Bi = equilibrate_parts(A.real.copy(), A.imag.copy(),
                                        B.real.copy(), B.imag.copy())
     st = scaling.statistics(*embed(Ar, Ai, Br, Bi), plan.mode, squares=False)
-    if bool(spec.prior(certificate.data(st)).exempt.all()):
+    d = certificate.data(st)
+    pre = spec.prior(d)
+    if bool(pre.exempt.all()):
         return 0                            # every element computed from its terms
-    return choose_count(st, plan.mode).n_moduli
+    return choose_count(st, plan.mode, d, pre).n_moduli
 
 
 __all__ = ["ComplexProduct", "complex_2d", "moduli_for", "integer_product",
