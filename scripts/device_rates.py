@@ -1,10 +1,14 @@
 """Measurements behind the device cost model and the certificate's native scale (on the
 GPU; ``ozaki_backend/cuda/costs.py``, ``docs/precision.md``).
 
-    python scripts/device_rates.py timings [--json rates.json]
+    python scripts/device_rates.py timings [--json rows.json]
         cuBLAS DGEMM and the emulation (emulation="eager", fixed counts) per shape,
-        next to the model's predictions; --json writes the fitted rates record for
-        ozaki_backend/_data/device_rates.json
+        next to the model's predictions, then the rates fitted to them against the
+        H200's rows (costs.fit) and the model's error with them; --json writes the
+        rows, the device's name and compute capability
+    python scripts/device_rates.py fit rows.json [--write] [--reference ROWS]
+        the same fit of rows written by `timings --json` (on any machine); --write adds
+        the rates to ozaki_backend/_data/device_rates.json under the device's name
     python scripts/device_rates.py native-errors
         cuBLAS DGEMM's error relative to g(k) ||t||_2 u (the certificate's native scale)
         over k, on N(0,1) and phi = 2 data
@@ -13,17 +17,19 @@ GPU; ``ozaki_backend/cuda/costs.py``, ``docs/precision.md``).
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import pathlib
 import sys
 
-import cupy
 import numpy as np
 
-import ozaki_backend as ob
 from ozaki_backend.cuda import costs
-from ozaki_backend.provenance import median_device_time
-from ozaki_backend.spec.rules import native_growth
-from ozaki_backend.testing import sampled_rows_reference
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TABLE = ROOT / "ozaki_backend/_data/device_rates.json"
+#: The rows measured on the H200 whose rates are costs.H200: the fit's reference.
+REFERENCE = ROOT / "docs/data/device-rates-h200-2026-12-03.json"
 
 SHAPES = ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
           (16384, 16384, 16384), (8192, 512, 8192), (8192, 2048, 8192), (16384, 1024, 16384),
@@ -31,10 +37,16 @@ SHAPES = ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 819
 
 
 def _time(f, reps=7):
+    from ozaki_backend.provenance import median_device_time
+
     return median_device_time(f, reps, warmup=3)
 
 
 def _shape_rows(rng, m, k, n, r):
+    import cupy
+
+    import ozaki_backend as ob
+
     A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
     out = cupy.empty((m, n))
     t_nat = _time(lambda: cupy.matmul(A, B, out=out))
@@ -49,6 +61,8 @@ def _shape_rows(rng, m, k, n, r):
 
 
 def timings(args):
+    import cupy
+
     rng = cupy.random.default_rng(0)
     rows = []
     r = costs.rates()
@@ -59,14 +73,67 @@ def timings(args):
                   f"{1e3 * x['model_native']:8.3f})  emulation {1e3 * x['emulation']:8.3f} "
                   f"ms (model {1e3 * x['model_emulation']:8.3f})", flush=True)
         cupy.get_default_memory_pool().free_all_blocks()
+    name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
+    measured = {"device": name.decode() if isinstance(name, bytes) else name,
+                "compute_capability": cupy.cuda.Device(0).compute_capability,
+                "date": datetime.date.today().isoformat(), "rows": rows}
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
-                       "rows": rows}, f, indent=1)
+            json.dump(measured, f, indent=1)
+    _report_fit(measured, REFERENCE)
+    return 0
+
+
+def _report_fit(measured, reference):
+    """Print the rates fitted to ``measured`` (against the rows in file ``reference``)
+    and the model's error per row with them and with the H200's; returns them."""
+    rows = measured["rows"]
+    fitted = costs.fit(rows, json.loads(pathlib.Path(reference).read_text())["rows"])
+    print(f"fitted rates for {measured['device']} (cc {measured['compute_capability']}):")
+    for key, v in fitted.items():
+        print(f"  {key:20s} {v:.4g}   (H200 {costs.H200[key]:.4g})")
+    print("shape                N  DGEMM ms  model(fit)  emulation ms  model(fit)  model(H200)")
+    for x in rows:
+        m, k, n = x["shape"]
+        N = x["N"]
+        print(f"{m:5d}x{k:5d}x{n:5d} {N:3d} {1e3 * x['native']:9.3f} "
+              f"{1e3 * costs.native_seconds(m, n, k, fitted):10.3f} "
+              f"{1e3 * x['emulation']:13.3f} "
+              f"{1e3 * costs.emulation_seconds(m, n, k, N, False, fitted):10.3f} "
+              f"{1e3 * costs.emulation_seconds(m, n, k, N, False, costs.H200):11.3f}")
+    return fitted
+
+
+def fit(args):
+    with open(args.rows) as f:
+        measured = json.load(f)
+    # rows written before the record carried them
+    measured.setdefault("compute_capability", args.cc)
+    measured.setdefault("date", args.date)
+    if not measured["compute_capability"]:
+        sys.exit("the rows do not name the compute capability: pass --cc (e.g. 90)")
+    fitted = _report_fit(measured, args.reference)
+    if args.write:
+        table = json.loads(TABLE.read_text()) if TABLE.exists() else {"devices": {}}
+        rates = {key: float(f"{v:.4g}") for key, v in fitted.items()
+                 if f"{v:.4g}" != f"{costs.H200[key]:.4g}"}
+        table["devices"][measured["device"]] = {
+            "compute_capability": measured["compute_capability"],
+            "measured": measured.get("date", ""),
+            "command": "python scripts/device_rates.py timings --json rows.json; "
+                       "python scripts/device_rates.py fit rows.json --write",
+            "rates": rates}
+        TABLE.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+        print(f"written to {TABLE}")
     return 0
 
 
 def native_errors(args):
+    import cupy
+
+    from ozaki_backend.spec.rules import native_growth
+    from ozaki_backend.testing import sampled_rows_reference
+
     rng = cupy.random.default_rng(1)
     u = 2.0 ** -53
     for phi in (-1.0, 2.0):
@@ -88,10 +155,19 @@ def native_errors(args):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("timings", "native-errors"))
+    ap.add_argument("what", choices=("timings", "native-errors", "fit"))
+    ap.add_argument("rows", nargs="?", help="fit: the rows written by timings --json")
     ap.add_argument("--json")
+    ap.add_argument("--write", action="store_true")
+    ap.add_argument("--reference", default=str(REFERENCE),
+                    help="fit: the rows measured on the GPU of costs.H200")
+    ap.add_argument("--cc", help="fit: the compute capability, for rows that lack it")
+    ap.add_argument("--date", default="", help="fit: the date measured, for rows that "
+                    "lack it")
     args = ap.parse_args(argv)
-    return timings(args) if args.what == "timings" else native_errors(args)
+    if args.what == "fit" and not args.rows:
+        ap.error("fit needs the rows file written by timings --json")
+    return {"timings": timings, "native-errors": native_errors, "fit": fit}[args.what](args)
 
 
 if __name__ == "__main__":

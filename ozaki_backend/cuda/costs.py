@@ -8,8 +8,8 @@ cheaper step. ``emulation="eager"`` always emulates (as cuBLAS's own emulation
 strategies distinguish performant and eager).
 
 The model is a roofline per stage, its rates per GPU in ``_data/device_rates.json``
-(written from measurements by ``scripts/device_rates.py``, a device named there, else
-one of its compute capability, else the H200's):
+(fitted to measurements by ``scripts/device_rates.py`` with :func:`fit`: the device named
+there, else the slowest-memory record of its compute capability, else the H200's):
 
 * native: ``2mnk / fp64`` against the bytes it moves, plus a launch latency;
 * emulation at ``N`` moduli: ``N + 1`` INT8 GEMMs (the bound GEMM included) at the INT8
@@ -29,7 +29,7 @@ import json
 from functools import lru_cache
 from importlib import resources
 
-import cupy
+import numpy as np
 
 #: The H200's measured rates (scripts/device_rates.py timings, fitted over 1024^3 ..
 #: 16384^3 and short reductions): the default for unknown GPUs of the same generation,
@@ -66,21 +66,32 @@ def _table():
 
 @lru_cache(maxsize=None)
 def _rates_for(device_id: int):
+    import cupy
+
     from .tuning import device_name
 
-    name = device_name(device_id)
-    table = _table()
+    return rates_of(device_name(device_id), cupy.cuda.Device(device_id).compute_capability,
+                    _table())
+
+
+def rates_of(name: str, compute_capability: str, table: dict) -> dict:
+    """The rates record of GPU ``name`` from ``table`` (``_data/device_rates.json``'s
+    ``devices``): its own, else — a GPU not measured — the record of its compute
+    capability with the slowest memory (the memory-bound passes are what differ most
+    between GPUs of one generation, the H100's HBM3 against the H200's HBM3e, and the
+    slower record sends more products to DGEMM: never slower than native by default),
+    else the H200's."""
     if name in table:
         return {**H200, **table[name]["rates"]}
-    cc = cupy.cuda.Device(device_id).compute_capability
-    for rec in table.values():
-        if rec.get("compute_capability") == cc:
-            return {**H200, **rec["rates"]}
-    return dict(H200)
+    same = [{**H200, **rec["rates"]} for rec in table.values()
+            if rec.get("compute_capability") == compute_capability]
+    return min(same, key=lambda r: r["bandwidth"]) if same else dict(H200)
 
 
 def rates():
     """The current GPU's rates record."""
+    import cupy
+
     return _rates_for(cupy.cuda.runtime.getDevice())
 
 
@@ -124,6 +135,91 @@ def residual_faster(m, n, k) -> bool:
     faster than native DGEMM: only on GPUs whose FP64 is much slower than their INT8."""
     r = rates()
     return 3 * emulation_seconds(m, n, k, 20, True, r) < native_seconds(m, n, k, r)
+
+
+def fit(rows, reference, base=None) -> dict:
+    """The rates record of a GPU from its measured times, relative to the same
+    measurements on the GPU whose record is ``base`` (the H200's).
+
+    ``rows`` and ``reference``: dicts with ``shape`` ``[m, k, n]``, ``N`` (a fixed count)
+    and the measured seconds of cuBLAS's DGEMM (``native``) and of the emulation at ``N``
+    without the a-posteriori test or the gathers (``emulation``), as ``scripts/
+    device_rates.py timings`` writes them; rows of one shape and count are compared,
+    shapes that are not multiples of 256 left out (they measure the padding, not the
+    GPU).
+
+    The roofline misses some shapes by 10-20 % (launch gaps, cuBLAS's kernel choice),
+    and those errors are the code's, the same on both GPUs: each shape's prediction is
+    corrected by the reference's measured-to-modelled ratio, so that only the rates
+    are fitted and ``fit(reference, reference)`` gives ``base`` back.
+
+    * ``fp64``: the median over the shapes the model says are compute-bound of the rate
+      the corrected model needs to match this GPU's DGEMM time;
+    * ``int8``, ``bandwidth`` and ``fixed``: least squares of the corrected emulation
+      model's relative error, which is linear in ``1/int8``, ``1/bandwidth`` and
+      ``fixed`` (``int8_k_half`` kept); a coefficient the fit would make negative keeps
+      ``base``'s value;
+    * the a-posteriori test's and the gathers' costs per element and entry are
+      memory-bound passes: ``base``'s, scaled by the bandwidths' ratio.
+    """
+    base = dict(H200 if base is None else base)
+    ref = {(tuple(x["shape"]), x["N"]): x for x in reference}
+    pairs = [(x, ref[(tuple(x["shape"]), x["N"])]) for x in rows
+             if (tuple(x["shape"]), x["N"]) in ref and
+             all(d % 256 == 0 for d in x["shape"])]
+    if not pairs:
+        raise ValueError("fit needs at least one aligned shape measured on both GPUs")
+    fp64 = []
+    for x, y in pairs:
+        m, k, n = x["shape"]
+        flops, moved = 2.0 * m * n * k, 8.0 * (m * k + k * n + 2 * m * n)
+        if flops / base["fp64"] > moved / base["bandwidth"]:
+            kappa = y["native"] / (flops / base["fp64"] + base["native_fixed"])
+            t = x["native"] / kappa - base["native_fixed"]
+            if t > 0:
+                fp64.append(flops / t)
+    out = dict(base)
+    if fp64:
+        out["fp64"] = float(np.median(fp64))
+    inv = _fit_emulation(pairs, base)
+    if inv is not None:
+        out.update(int8=1.0 / inv[0], bandwidth=1.0 / inv[1], fixed=inv[2])
+    scale = base["bandwidth"] / out["bandwidth"]
+    for key in ("post_per_element", "gathers_per_element", "gathers_per_entry"):
+        out[key] = base[key] * scale
+    return out
+
+
+def _fit_emulation(pairs, base):
+    """``(1/int8, 1/bandwidth, fixed)``: the weighted least squares of :func:`fit` over
+    ``pairs`` (this GPU's row, the reference's); None when no coefficient is positive."""
+    given = [1.0 / base["int8"], 1.0 / base["bandwidth"], base["fixed"]]
+    X, y = [], []
+    for x, r in pairs:
+        m, k, n = x["shape"]
+        N = x["N"]
+        gemm = (N + 1) * 2.0 * m * n * k * (k + base["int8_k_half"]) / k
+        passes = (3 * 8.0 * (m + n) * k + (8.0 + N) * (m + n) * k + 12.0 * m * n
+                  + (base["crt_bytes"] * N + 8.0) * m * n)
+        terms = np.array([gemm, passes, 1.0])
+        kappa = r["emulation"] / float(terms @ given)    # the reference's correction
+        X.append(kappa * terms / x["emulation"])
+        y.append(1.0)
+    X, y = np.asarray(X), np.asarray(y)
+    free = [0, 1, 2]
+    while free:
+        rest = sum(X[:, j] * given[j] for j in range(3) if j not in free)
+        coef, *_ = np.linalg.lstsq(X[:, free], y - rest, rcond=None)
+        bad = [j for j, c in zip(free, coef) if c <= 0]
+        if not bad:
+            break
+        free = [j for j in free if j not in bad]
+    if not free:
+        return None
+    sol = list(given)
+    for j, c in zip(free, coef):
+        sol[j] = float(c)
+    return tuple(sol)
 
 
 def clear_cache():

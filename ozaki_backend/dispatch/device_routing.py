@@ -319,6 +319,8 @@ def _engine_costs():
     ``precision="fp64"`` uses to run cuBLAS where it is faster), or None where this
     engine has none or CuPy cannot be imported."""
     try:
+        import cupy  # noqa: F401  (costs.rates() reads the current GPU through it)
+
         from ..cuda import costs
     except ImportError:
         return None
