@@ -115,6 +115,11 @@ def fit(args):
     fitted = _report_fit(measured, args.reference)
     if args.write:
         table = json.loads(TABLE.read_text()) if TABLE.exists() else {"devices": {}}
+        # the H200 listed by name: another GPU of its compute capability in the table
+        # would otherwise give it that GPU's rates (costs.rates_of)
+        table["devices"].setdefault("NVIDIA H200", {
+            "compute_capability": "90", "measured": "2026-12-03",
+            "command": "python scripts/device_rates.py timings (costs.H200)", "rates": {}})
         rates = {key: float(f"{v:.4g}") for key, v in fitted.items()
                  if f"{v:.4g}" != f"{costs.H200[key]:.4g}"}
         table["devices"][measured["device"]] = {
