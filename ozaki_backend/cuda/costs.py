@@ -95,32 +95,44 @@ def rates():
     return _rates_for(cupy.cuda.runtime.getDevice())
 
 
+def _native_work(m, n, k):
+    """``(flops, bytes moved)`` of cuBLAS's DGEMM ``(m x k) @ (k x n)``."""
+    return 2.0 * m * n * k, 8.0 * (m * k + k * n + 2 * m * n)
+
+
 def native_seconds(m, n, k, r=None) -> float:
     """Modelled seconds of cuBLAS's DGEMM ``(m x k) @ (k x n)``."""
     r = r or rates()
-    flops = 2.0 * m * n * k
-    moved = 8.0 * (m * k + k * n + 2 * m * n)
+    flops, moved = _native_work(m, n, k)
     return max(flops / r["fp64"], moved / r["bandwidth"]) + r["native_fixed"]
+
+
+def _emulation_work(m, n, k, n_moduli, r):
+    """``(INT8 operations at the full rate's k, bytes of the memory passes)`` of the
+    emulation at ``n_moduli``: its seconds are ``ops / int8 + bytes / bandwidth`` plus
+    the fixed cost (the form :func:`fit` inverts)."""
+    # the INT8 GEMMs' operations, scaled up for short reductions (a GEMM of reduction
+    # k runs at k / (k + int8_k_half) of the rate)
+    ops = (n_moduli + 1) * 2.0 * m * n * k * (k + r["int8_k_half"]) / k
+    # statistics (three reads of each operand), the residue planes (a read and N int8
+    # planes), the bound matrix (an int32 write and two reads), the CRT pass (N int32
+    # planes in, one float64 out)
+    passes = (3 * 8.0 * (m + n) * k + (8.0 + n_moduli) * (m + n) * k + 12.0 * m * n
+              + (r["crt_bytes"] * n_moduli + 8.0) * m * n)
+    return ops, passes
 
 
 def emulation_seconds(m, n, k, n_moduli, post=False, r=None, gathers=False) -> float:
     """Modelled seconds of the emulation at ``n_moduli`` (``post``: with the
     a-posteriori test; ``gathers``: with the gathers, ``docs/spec.md`` §10.2)."""
     r = r or rates()
-    bw = r["bandwidth"]
-    eff = k / (k + r["int8_k_half"])
-    gemm = (n_moduli + 1) * 2.0 * m * n * k / (r["int8"] * eff)
-    # statistics (three reads of each operand), the residue planes (a read and N int8
-    # planes), the bound matrix (an int32 write and two reads), the CRT pass (N int32
-    # planes in, one float64 out)
-    passes = (3 * 8.0 * (m + n) * k + (8.0 + n_moduli) * (m + n) * k + 12.0 * m * n
-              + (r["crt_bytes"] * n_moduli + 8.0) * m * n)
+    ops, passes = _emulation_work(m, n, k, n_moduli, r)
     extra = 0.0
     if post:
         extra += r["post_per_element"] * m * n
     if gathers:
         extra += r["gathers_per_element"] * m * n + r["gathers_per_entry"] * (m + n) * k
-    return gemm + passes / bw + extra + r["fixed"]
+    return ops / r["int8"] + passes / r["bandwidth"] + extra + r["fixed"]
 
 
 def native_faster(m, n, k, n_moduli, post=False, gathers=False) -> bool:
@@ -172,7 +184,7 @@ def fit(rows, reference, base=None) -> dict:
     fp64 = []
     for x, y in pairs:
         m, k, n = x["shape"]
-        flops, moved = 2.0 * m * n * k, 8.0 * (m * k + k * n + 2 * m * n)
+        flops, moved = _native_work(m, n, k)
         if flops / base["fp64"] > moved / base["bandwidth"]:
             kappa = y["native"] / (flops / base["fp64"] + base["native_fixed"])
             t = x["native"] / kappa - base["native_fixed"]
@@ -197,11 +209,7 @@ def _fit_emulation(pairs, base):
     X, y = [], []
     for x, r in pairs:
         m, k, n = x["shape"]
-        N = x["N"]
-        gemm = (N + 1) * 2.0 * m * n * k * (k + base["int8_k_half"]) / k
-        passes = (3 * 8.0 * (m + n) * k + (8.0 + N) * (m + n) * k + 12.0 * m * n
-                  + (base["crt_bytes"] * N + 8.0) * m * n)
-        terms = np.array([gemm, passes, 1.0])
+        terms = np.array([*_emulation_work(m, n, k, x["N"], base), 1.0])
         kappa = r["emulation"] / float(terms @ given)    # the reference's correction
         X.append(kappa * terms / x["emulation"])
         y.append(1.0)
