@@ -87,7 +87,8 @@ __device__ __forceinline__ int oz_window_terms(int ke, const int *ZA, int na, in
 }
 
 // with_direct: elements of one or two terms are computed directly (exempt); the host
-// passes 1 for every product, the complex embedding's included. kw: oz_window_terms, the terms P sums at most.
+// passes 1 for every product, the complex embedding's included.
+// kw: oz_window_terms, the terms P sums at most.
 __device__ __forceinline__ OzPrior oz_prior(int ke, int kw, int Ei, int Fj, int kbits, double P,
                                             double G14, bool have_g, bool with_direct) {
     OzPrior q;
