@@ -64,6 +64,46 @@ def test_counts_are_monotone_and_match_every_single_test():
             prev = ok
 
 
+def _swept_counts(d, st_, mode):
+    """Each element's fewest passing count by trying every count in turn."""
+    need = np.zeros(d.P.shape, dtype=np.int64)
+    for N in range(MIN_MODULI, MAX_MODULI + 1):
+        ok = spec.passes(d, *scaling.shifts(st_, N, mode))
+        need[(need == 0) & ok] = N
+    return need
+
+
+def _sparse_rows(rng, shape):
+    X = phi_matrix(shape, 4.0, rng)
+    X[::3] = 0.0                                # empty rows: every element exempt
+    X[1::3, 2:] = 0.0                           # rows of two terms: exempt
+    return X
+
+
+@pytest.mark.parametrize("case", ["normal", "phi1", "phi6", "sparse", "k2", "huge"])
+@pytest.mark.parametrize("mode", ["fast", "accurate"])
+def test_the_count_search_gives_the_counts_of_trying_every_count(case, mode):
+    """element_counts starts its sweep at the first count any element passes (found by
+    bisection on the monotone test): the counts of trying every count in turn."""
+    rng = np.random.default_rng(["normal", "phi1", "phi6", "sparse", "k2", "huge"].index(case))
+    m, k, n = 12, 300, 9
+    if case == "normal":
+        A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    elif case in ("phi1", "phi6"):
+        phi = float(case[3:])
+        A, B = phi_matrix((m, k), phi, rng), phi_matrix((k, n), phi, rng)
+    elif case == "sparse":
+        A, B = _sparse_rows(rng, (m, k)), phi_matrix((k, n), 1.0, rng)
+    elif case == "k2":
+        A, B = rng.standard_normal((m, 2)), rng.standard_normal((2, n))
+    else:                                       # no count passes for some elements
+        A, B = phi_matrix((m, k), 30.0, rng), phi_matrix((k, n), 30.0, rng)
+    st_ = scaling.statistics(A, B, mode)
+    d = certificate.data(st_, certificate.gathered(A, B, st_))
+    np.testing.assert_array_equal(certificate.element_counts(d, st_, mode),
+                                  _swept_counts(d, st_, mode))
+
+
 def test_the_count_lets_at_most_a_sixteenth_fail_a_priori():
     """choose_count: the fewest count at which at most 1/16 of the elements fail the
     a-priori test (the next lower count lets more fail) — or one below it when at most
