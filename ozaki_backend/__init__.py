@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .plan import plan as plan
 else:
     from . import plan
-from ._api import matmul
+from ._api import matmul, warm_up
 from ._version import __version__
 from ._warnings import (ConfigurationWarning, EngineUnavailableError, FallbackWarning,
                         NativeFallbackWarning)
@@ -47,7 +47,7 @@ from .plan import Plan
 __all__ = ["matmul", "plan", "Plan", "FallbackWarning", "NativeFallbackWarning",
            "ConfigurationWarning", "EngineUnavailableError", "__version__", "enabled",
            "disabled", "enable", "disable", "stats", "reset_stats", "explain", "info",
-           "wrap", "unwrap"]
+           "wrap", "unwrap", "warm_up"]
 
 
 def _check_environment():

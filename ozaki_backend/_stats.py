@@ -19,6 +19,25 @@ _certificate: Counter = Counter()  # outcome -> 2-D Ozaki-II products
 _details: dict = {}               # (outcome, reason) -> the latest long explanation
 _symmetric: Counter = Counter()   # "products", "work", "general_work" (multiply-adds)
 _last = threading.local()         # this thread's last moduli count
+_uncounted = threading.local()    # this thread's products are not counted (warm_up)
+
+
+class not_counted:
+    """``with not_counted(): ...``: products of this thread are not recorded (the
+    warm-up's own products, :func:`ozaki_backend.warm_up`); other threads' are."""
+
+    def __enter__(self):
+        self._was = getattr(_uncounted, "on", False)
+        _uncounted.on = True
+        return self
+
+    def __exit__(self, *exc):
+        _uncounted.on = self._was
+        return False
+
+
+def _counting() -> bool:
+    return not getattr(_uncounted, "on", False)
 
 
 def reason_key(reason: str) -> str:
@@ -58,6 +77,8 @@ def record(outcome: str, reason: str, *, seconds: float = 0.0, detail: str | Non
     while it ran on this thread) is counted as a "fallback" under ``"certificate:
     <outcome>"``, with ``reason`` (the engine) as its detail: it was computed natively,
     whatever engine it was handed to."""
+    if not _counting():
+        return
     native_outcome = _last.__dict__.pop("native_outcome", None)
     if outcome == "routed" and native_outcome == NATIVE_BY_CHOICE:
         # the GPU's DGEMM was measured faster for this product: a decision, not a miss
@@ -83,6 +104,8 @@ def record(outcome: str, reason: str, *, seconds: float = 0.0, detail: str | Non
 def record_moduli(n_moduli: int) -> None:
     """Count one 2-D Ozaki-II product computed with ``n_moduli`` moduli (either engine;
     for ``precision="fp64"`` the count chosen for its operands)."""
+    if not _counting():
+        return
     with _lock:
         _moduli[int(n_moduli)] += 1
     _last.n_moduli = int(n_moduli)
@@ -93,6 +116,8 @@ def record_certificate(outcome: str) -> None:
     ``"uncertified"``, ``"residual pass"``, ``"native fallback"``, or any other name an
     engine uses: outcomes are counted as given; those that start with ``"native"``
     mean the product was computed natively, see :func:`record`)."""
+    if not _counting():
+        return
     with _lock:
         _certificate[outcome] += 1
     if computed_natively(outcome):
@@ -109,6 +134,8 @@ def record_symmetric(work: int, general_work: int) -> None:
     """Count one 2-D symmetric product (``x.T @ x``, ``x @ x.T``: one triangle computed
     and mirrored) with the INT8 multiply-adds it did (``work``) and those the general
     product of that shape would do (``general_work``)."""
+    if not _counting():
+        return
     with _lock:
         _symmetric["products"] += 1
         _symmetric["work"] += int(work)
