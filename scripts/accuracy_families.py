@@ -18,9 +18,9 @@ own beside it where they differ); ``chosen`` the certificate's count
 cuBLAS's DGEMM where it is faster (outcome ``native (faster)``) or take the count every
 element passes a priori where the a-posteriori test would cost more (shown as
 "chosen (computes N)"; "timed calls": the count and outcome of the timed default
-calls), and ``eager`` is the emulation's time at its count. The done-when of issue 32: chosen <= needed + 1, ours <=
-2 native + 2^-52, the bound holds, no residual pass or native fallback where <= 18
-moduli match.
+calls), and ``eager`` is the emulation's time at its count. The done-when of issue 32:
+chosen <= needed + 1, ours <= 2 native + 2^-52, the bound holds, no residual pass or
+native fallback where <= 18 moduli match.
 """
 
 from __future__ import annotations
