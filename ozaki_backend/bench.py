@@ -50,6 +50,7 @@ import datetime
 import json
 import os
 import shlex
+import subprocess
 import sys
 import time
 
@@ -127,6 +128,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="run the GPU-array benchmark instead (CuPy and PyTorch loops "
                          "inside enabled() and without); its options: bench --gpu-arrays "
                          "--help")
+    ap.add_argument("--gemmul8", action="store_true",
+                    help="after the bench, GEMMul8 side by side with cuBLAS and ours on "
+                         "its sizes, shapes and phis (one process; needs a source "
+                         "checkout and a GEMMul8 build in .gemmul8/)")
     ap.add_argument("--host-numpy-max", type=int_at_least(0), default=8192 * 8192,
                     help="largest m*n timed with NumPy on the host CPU")
     ap.add_argument("--phase22-sizes", default="2048,8192", type=int_list(1),
@@ -501,7 +506,37 @@ def main(argv=None) -> int:
         from .bench_gpu_arrays import main as arrays_main
 
         return arrays_main([a for a in argv if a != "--gpu-arrays"])
-    return run(_parse(argv), argv)
+    if "--gemmul8" not in argv:
+        return run(_parse(argv), argv)
+    argv = [a for a in argv if a != "--gemmul8"]
+    args = _parse(argv)
+    peer = peer_command(args)
+    if peer is None:
+        print(f"ozaki_backend bench: error: --gemmul8 needs a source checkout (its "
+              f"{PEER_SCRIPT}) and a GEMMul8 build in .gemmul8/ (docs/development.md)",
+              file=sys.stderr)
+        return 2
+    rc = run(args, argv)
+    print(f"\nGEMMul8 side by side: {shlex.join(peer)}", flush=True)
+    return rc or subprocess.run(peer, cwd=_ROOT).returncode
+
+
+#: The peer side by side, a development tool of the source checkout (not installed).
+PEER_SCRIPT = "scripts/gemmul8-side-by-side.sh"
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def peer_command(args):
+    """The command that runs GEMMul8 side by side with cuBLAS and ours on the bench's
+    square sizes and ``(m, k, n)`` shapes and its phis (``bench --gemmul8``), or None
+    where the checkout's script or the GEMMul8 build is missing."""
+    script = os.path.join(_ROOT, PEER_SCRIPT)
+    if not (os.path.isfile(script) and os.path.isdir(os.path.join(_ROOT, ".gemmul8"))):
+        return None
+    shapes = [f"{m}x{k}x{n}" for m, k, n in
+              [(n, n, n) for n in (int(x) for x in args.sizes.split(",") if x)]
+              + _shapes_mkn(args.shapes)]
+    return ["bash", script, "--shapes", ",".join(shapes), f"--phis={args.phis}"]
 
 
 def run(args, argv=()) -> int:
