@@ -6,7 +6,7 @@ import pytest
 
 import ozaki_backend as ob
 from ozaki_backend import _stats
-from tests.bits import assert_same_bits
+from bits import assert_same_bits
 
 
 def test_warm_up_on_the_cpu_engine_does_nothing():
