@@ -80,6 +80,12 @@ def _shapes_mkn(text):
     return out
 
 
+def _bench_shapes(args):
+    """``[(m, k, n), ...]``: the cubes of ``--sizes``, then the ``--shapes``."""
+    return ([(n, n, n) for n in (int(x) for x in args.sizes.split(",") if x)]
+            + _shapes_mkn(args.shapes))
+
+
 def _checked_shapes(text):
     """``--shapes`` as given, after checking that every shape parses (argparse type)."""
     _shapes_mkn(text)
@@ -506,24 +512,12 @@ def main(argv=None) -> int:
         from .bench_gpu_arrays import main as arrays_main
 
         return arrays_main([a for a in argv if a != "--gpu-arrays"])
-    if "--gemmul8" not in argv:
-        return run(_parse(argv), argv)
-    argv = [a for a in argv if a != "--gemmul8"]
-    args = _parse(argv)
-    peer = peer_command(args)
-    if peer is None:
-        print(f"ozaki_backend bench: error: --gemmul8 needs a source checkout (its "
-              f"{PEER_SCRIPT}) and a GEMMul8 build in .gemmul8/ (docs/development.md)",
-              file=sys.stderr)
-        return 2
-    rc = run(args, argv)
-    print(f"\nGEMMul8 side by side: {shlex.join(peer)}", flush=True)
-    return rc or subprocess.run(peer, cwd=_ROOT).returncode
+    return run(_parse(argv), argv)
 
 
 #: The peer side by side, a development tool of the source checkout (not installed).
 PEER_SCRIPT = "scripts/gemmul8-side-by-side.sh"
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = provenance._ROOT        # the source checkout's root, where this is one
 
 
 def peer_command(args):
@@ -533,9 +527,7 @@ def peer_command(args):
     script = os.path.join(_ROOT, PEER_SCRIPT)
     if not (os.path.isfile(script) and os.path.isdir(os.path.join(_ROOT, ".gemmul8"))):
         return None
-    shapes = [f"{m}x{k}x{n}" for m, k, n in
-              [(n, n, n) for n in (int(x) for x in args.sizes.split(",") if x)]
-              + _shapes_mkn(args.shapes)]
+    shapes = [f"{m}x{k}x{n}" for m, k, n in _bench_shapes(args)]
     return ["bash", script, "--shapes", ",".join(shapes), f"--phis={args.phis}"]
 
 
@@ -543,6 +535,14 @@ def run(args, argv=()) -> int:
     """Run ``bench`` with parsed arguments (``argv``: as given, for the JSON's command)."""
     args = _finish(args) if not getattr(args, "_finished", False) else args
     args._finished = True
+    peer = None
+    if args.gemmul8:   # checked before any GPU work: the peer runs after the bench
+        peer = peer_command(args)
+        if peer is None:
+            print(f"ozaki_backend bench: error: --gemmul8 needs a source checkout (its "
+                  f"{PEER_SCRIPT}) and a GEMMul8 build in .gemmul8/ "
+                  f"(docs/development.md)", file=sys.stderr)
+            return 2
     from .cuda import availability
 
     ok, why = availability()
@@ -563,8 +563,7 @@ def run(args, argv=()) -> int:
     machine = provenance.gpu_machine(args.machine_name) if args.json else None
     command = "python -m ozaki_backend bench " + shlex.join(argv)
     commit = provenance.commit() if args.json else None
-    shapes = [(n, n, n) for n in (int(x) for x in args.sizes.split(",") if x)]
-    shapes += _shapes_mkn(args.shapes)
+    shapes = _bench_shapes(args)
 
     report["phase22"] = []
     report["complex"] = []
@@ -615,7 +614,10 @@ def run(args, argv=()) -> int:
               f"28 bare cuBLAS INT8 GEMMs {r['int8_28_seconds'] * 1e3:.2f} ms -> "
               f"x{r['ratio_to_28_gemms']:.2f}; native DGEMM {r['native_seconds'] * 1e3:.2f} ms; "
               f"max abs err U(-1,1) {r['max_abs_err']:.2e} (native {r['native_max_abs_err']:.2e})")
-    return 0
+    if peer is None:
+        return 0
+    print(f"\nGEMMul8 side by side: {shlex.join(peer)}", flush=True)
+    return subprocess.run(peer, cwd=_ROOT).returncode
 
 
 def _bench_phase22(cp, n, args, log):

@@ -6,9 +6,15 @@ import pytest
 from ozaki_backend import bench
 
 
-def test_without_a_checkout_and_build_it_says_what_it_needs(monkeypatch, tmp_path, capsys):
+@pytest.mark.parametrize("entry", ["bench.main", "python -m ozaki_backend bench"])
+def test_without_a_checkout_and_build_it_says_what_it_needs(monkeypatch, tmp_path, capsys,
+                                                            entry):
+    from ozaki_backend.__main__ import main as cli
+
     monkeypatch.setattr(bench, "_ROOT", str(tmp_path))
-    assert bench.main(["--gemmul8", "--sizes", "256"]) == 2
+    argv = ["--gemmul8", "--sizes", "256"]
+    rc = bench.main(argv) if entry == "bench.main" else cli(["bench"] + argv)
+    assert rc == 2
     err = capsys.readouterr().err
     assert "--gemmul8 needs a source checkout" in err and bench.PEER_SCRIPT in err
 
