@@ -145,7 +145,7 @@ def family_operands(name, m, k, n, rng=None):
         phi = float(name[3:])
         return phi_matrix((m, k), phi, rng), phi_matrix((k, n), phi, rng)
     if name == "cancellation":
-        H = Y[: k // 2]
+        H = Y[: (k + 1) // 2]      # odd k: one row more, cut below (k rows, not k - 1)
         return X, np.vstack([H, -H + 1e-9 * rng.standard_normal(H.shape)])[:k]
     if name == "subnormal":
         return X * 2.0 ** -540, Y * 2.0 ** -540

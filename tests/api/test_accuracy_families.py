@@ -47,6 +47,13 @@ def check(A, B, mode="accurate", engine="cpu"):
     return ob.stats()
 
 
+@pytest.mark.parametrize("name", FAMILIES)
+def test_every_family_has_the_shapes_asked_for_odd_sizes_too(name):
+    for m, k, n in ((3, 5, 2), (1, 1, 1), (4, 7, 9)):
+        A, B = family_operands(name, m, k, n, 0)
+        assert A.shape == (m, k) and B.shape == (k, n), (m, k, n, A.shape, B.shape)
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", FAMILIES)
 def test_family(name, mode):
