@@ -113,8 +113,12 @@ oz_codes_t(const double *__restrict__ X, i64 rs, i64 cs, int rows, int cols, int
 // G[i][j] (int16, certificate.cuh) = the largest product of code values over row i's top
 // entries (with B's codes in those rows) and column j's (with A's codes in those
 // columns), times 2^14. Rows i0 .. i0 + rows of A, columns j0 .. j0 + cols of B; the
-// tile's rows of the output start at G. Block (32, 8) per 32 x 32 elements: the codes
-// the block needs are staged in shared memory with coalesced loads first.
+// tile's rows of the output start at G. Block (32, 8) per 32 x 32 elements: the block's
+// top-entry columns and codes are staged in shared memory first, then the codes they
+// point at, with the loads unrolled so that many are in flight (each thread's loads are
+// independent). The products are compared as integer keys (oz_g16_key), exactly as their
+// values order, so no double is formed; equal values have equal codes, so the code kept
+// is the one the reference keeps.
 extern "C" __global__ void __launch_bounds__(256)
 oz_gather(const int *__restrict__ HA, const i8 *__restrict__ CtA, const i8 *__restrict__ CkA,
           i64 lda, int i0, int rows, const int *__restrict__ HB, const i8 *__restrict__ CtB,
@@ -122,16 +126,29 @@ oz_gather(const int *__restrict__ HA, const i8 *__restrict__ CtA, const i8 *__re
           short *__restrict__ G, i64 ldg) {
     __shared__ i8 sA[32][OZ_GATHER_H][32];   // [col][r][row]: A's codes at column j's tops
     __shared__ i8 sB[32][OZ_GATHER_H][32];   // [row][r][col]: B's codes at row i's tops
+    __shared__ int hA[32][OZ_GATHER_H], hB[32][OZ_GATHER_H];    // the tops' columns
+    __shared__ i8 cA[32][OZ_GATHER_H], cB[32][OZ_GATHER_H];     // the tops' own codes
     int tid = threadIdx.y * 32 + threadIdx.x;
     int ib = blockIdx.y * 32, jb = blockIdx.x * 32;
-    for (int idx = tid; idx < 32 * OZ_GATHER_H * 32; idx += 256) {
+    {
+        int y = tid >> 3, r = tid & (OZ_GATHER_H - 1);          // 256 = 32 x OZ_GATHER_H
+        bool ra = ib + y < rows, rb = jb + y < cols;
+        hA[y][r] = ra ? HA[(i64)(i0 + ib + y) * OZ_GATHER_H + r] : 0;
+        cA[y][r] = ra ? CtA[(i64)(i0 + ib + y) * OZ_GATHER_H + r] : (i8)OZ_CODE_ZERO;
+        hB[y][r] = rb ? HB[(i64)(j0 + jb + y) * OZ_GATHER_H + r] : 0;
+        cB[y][r] = rb ? CtB[(i64)(j0 + jb + y) * OZ_GATHER_H + r] : (i8)OZ_CODE_ZERO;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int it = 0; it < 32 * OZ_GATHER_H * 32 / 256; ++it) {
+        int idx = tid + it * 256;
         int x = idx & 31, r = (idx >> 5) % OZ_GATHER_H, y = idx / (32 * OZ_GATHER_H);
         // y: the tile's column (sA) / row (sB); x: the row (sA) / column (sB)
         i8 a = OZ_CODE_ZERO, b = OZ_CODE_ZERO;
         if (r < h && jb + y < cols && ib + x < rows)
-            a = CkA[(i64)HB[(i64)(j0 + jb + y) * OZ_GATHER_H + r] * lda + i0 + ib + x];
+            a = CkA[(i64)hB[y][r] * lda + i0 + ib + x];
         if (r < h && ib + y < rows && jb + x < cols)
-            b = CkB[(i64)HA[(i64)(i0 + ib + y) * OZ_GATHER_H + r] * ldb + j0 + jb + x];
+            b = CkB[(i64)hA[y][r] * ldb + j0 + jb + x];
         sA[y][r][x] = a;
         sB[y][r][x] = b;
     }
@@ -141,18 +158,12 @@ oz_gather(const int *__restrict__ HA, const i8 *__restrict__ CtA, const i8 *__re
     for (int ii = threadIdx.y; ii < 32; ii += 8) {
         int i = ib + ii;
         if (i >= rows) break;
-        double best = 0.0;
-        short code = -1;
+        int best = OZ_INT_MIN;
         for (int r = 0; r < h; ++r) {
-            int ca = CtA[(i64)(i0 + i) * OZ_GATHER_H + r], cb = sB[ii][r][jj];
-            double v = __dmul_rn(oz_code_value(ca), oz_code_value(cb));
-            if (v > best) best = v, code = oz_g16_of(ca, cb);
-            ca = sA[jj][r][ii];
-            cb = CtB[(i64)(j0 + j) * OZ_GATHER_H + r];
-            v = __dmul_rn(oz_code_value(ca), oz_code_value(cb));
-            if (v > best) best = v, code = oz_g16_of(ca, cb);
+            best = max(best, oz_g16_key(cA[ii][r], sB[ii][r][jj]));
+            best = max(best, oz_g16_key(sA[jj][r][ii], cB[jj][r]));
         }
-        G[(i64)i * ldg + j] = code;
+        G[(i64)i * ldg + j] = oz_g16_of_key(best);
     }
 }
 
@@ -164,33 +175,46 @@ oz_gather(const int *__restrict__ HA, const i8 *__restrict__ CtA, const i8 *__re
 // the count (fa, fb: its factor rows), applies the a-posteriori test: out[0] += the
 // unsettled ones, whose indices (i * n_total + j as i64) go to idx while out[0] < cap,
 // out[1] += those near the overflow threshold (spec.big: never repaired).
-// Block (32, 8) per 32 x 8 elements; C (and bound) with any strides.
+// Block (32, 8) per 32 columns x OZ_PR rows, as the count search (kernels/scaling.cu
+// oz_cert_counts): the block's rows' statistics staged in shared memory, each thread's
+// column's in registers, so an element reads only P, G and C; C (and bound) with any
+// strides.
+#define OZ_PR 64
+
 struct OzElem {
     OzPrior q;
     double x, w;
     int EF, ov;
 };
 
-template <class T>
-__device__ __forceinline__ OzElem oz_elem(const T *__restrict__ P, i64 ldp, const short *G, i64 ldg,
-                                          int row, int col, const double *fa, const double *qa,
-                                          const double *ra, const int *loA, const int *hiA,
-                                          const int *nA, const int *EA, const double *fb,
-                                          const double *qb, const double *rb, const int *loB,
-                                          const int *hiB, const int *nB, const int *FB, int kbits,
-                                          int with_direct, const int *ZA, const int *ZB) {
+// One operand side's statistics of one row (of A) or column (of B).
+struct OzSide {
+    double f, q, r;
+    int lo, hi, n, E, z;
+};
+
+__device__ __forceinline__ OzSide oz_side(const double *f, const double *q, const double *r,
+                                          const int *lo, const int *hi, const int *n,
+                                          const int *E, const int *Z, int at) {
+    return OzSide{f[at], q[at], r[at], lo[at], hi[at], n[at], E[at], Z ? Z[at] : 0};
+}
+
+// The element's prior, excess and spread from its row's and column's statistics (have_z:
+// the window counts Z exist, oz_window_terms).
+__device__ __forceinline__ OzElem oz_elem(double P, short g16, bool have_g, const OzSide &a,
+                                          const OzSide &b, bool have_z, int kbits,
+                                          int with_direct) {
     OzElem e;
-    int lo = loA[row], hi = hiA[row], lob = loB[col], hib = hiB[col];
-    e.ov = min(hi, hib) - max(lo, lob) + 1;
-    int ke = min(e.ov, min(nA[row], nB[col]));
-    double g14 = G ? oz_g16_value(G[(i64)row * ldg + col]) : 0.0;
-    int kw = oz_window_terms(ke, ZA, nA[row], row, ZB, nB[col], col);
-    e.q = oz_prior(ke, kw, EA[row], FB[col], kbits, (double)P[(i64)row * ldp + col], g14,
-                   G != nullptr, with_direct);
-    e.EF = EA[row] + FB[col];
-    double x = oz_x(fa[row], qb[col], qa[row], fb[col]);
+    e.ov = min(a.hi, b.hi) - max(a.lo, b.lo) + 1;
+    int ke = min(e.ov, min(a.n, b.n));
+    double g14 = have_g ? oz_g16_value(g16) : 0.0;
+    int kw = max(ke, 1);
+    if (have_z) kw = min(kw, max(min(a.n - a.z, b.n - b.z), 1));
+    e.q = oz_prior(ke, kw, a.E, b.E, kbits, P, g14, have_g, with_direct);
+    e.EF = a.E + b.E;
+    double x = oz_x(a.f, b.q, a.q, b.f);
     e.x = e.ov > 0 ? x : 0.0;
-    e.w = oz_x(fa[row], rb[col], ra[row], fb[col]);
+    e.w = oz_x(a.f, b.r, a.r, b.f);
     return e;
 }
 
@@ -202,24 +226,40 @@ __device__ __forceinline__ OzElem oz_elem(const T *__restrict__ P, i64 ldp, cons
         const int *__restrict__ loB, const int *__restrict__ hiB, const int *__restrict__ nB,     \
         const int *__restrict__ FB, int kbits, int with_direct, const int *__restrict__ ZA,       \
         const int *__restrict__ ZB, const double *__restrict__ C, i64 cr, i64 cc
-#define OZ_ELEM_ARGS(P, ldp, row, col)                                                          \
-    oz_elem(P, ldp, G, ldg, row, col, fa, qa, ra, loA, hiA, nA, EA, fb, qb, rb, loB, hiB, nB, FB, \
-            kbits, with_direct, ZA, ZB)
+
+// Stage the block's rows r0 .. r1 of A's statistics in shared memory.
+#define OZ_STAGE_ROWS(sh, r0, r1)                                                               \
+    for (int r = threadIdx.y * 32 + threadIdx.x; r < (r1) - (r0); r += 256)                      \
+        sh[r] = oz_side(fa, qa, ra, loA, hiA, nA, EA, ZA, (r0) + r);                             \
+    __syncthreads();
 
 template <class T>
 __device__ __forceinline__ void oz_post_level(const T *__restrict__ P, i64 ldp, OZ_ELEM_PARAMS,
                                               u64 *__restrict__ level) {
-    int col = blockIdx.x * 32 + threadIdx.x, row = blockIdx.y * 8 + threadIdx.y;
+    __shared__ OzSide sa[OZ_PR];
+    __shared__ double wbest[8];
+    int col = blockIdx.x * 32 + threadIdx.x;
+    int r0 = blockIdx.y * OZ_PR, r1 = min(rows, r0 + OZ_PR);
+    OZ_STAGE_ROWS(sa, r0, r1)
     double best = 0.0;
-    if (row < rows && col < cols) {
-        OzElem e = OZ_ELEM_ARGS(P, ldp, row, col);
-        double c = fabs(C[(i64)row * cr + (i64)col * cc]);
-        double W = oz_scaled(__dmul_rn(e.w, OZ_SQRT2), e.EF - 64);
-        double nu = oz_scaled(e.q.nu, e.EF - 14);
-        if (e.q.ke >= 3 && c > ldexp(W, 2) && nu < OZ_INF) best = __ddiv_rn(nu, c);
+    if (col < cols) {
+        OzSide b = oz_side(fb, qb, rb, loB, hiB, nB, FB, ZB, col);
+        for (int row = r0 + threadIdx.y; row < r1; row += 8) {
+            OzElem e = oz_elem((double)P[(i64)row * ldp + col], G ? G[(i64)row * ldg + col] : 0,
+                               G != nullptr, sa[row - r0], b, ZA != nullptr, kbits, with_direct);
+            double c = fabs(C[(i64)row * cr + (i64)col * cc]);
+            double W = oz_scaled(__dmul_rn(e.w, OZ_SQRT2), e.EF - 64);
+            double nu = oz_scaled(e.q.nu, e.EF - 14);
+            if (e.q.ke >= 3 && c > ldexp(W, 2) && nu < OZ_INF) best = oz_max(best, __ddiv_rn(nu, c));
+        }
     }
     for (int off = 16; off > 0; off >>= 1) best = oz_max(best, __shfl_xor_sync(0xffffffffu, best, off));
-    if (threadIdx.x == 0 && best > 0.0) atomicMax(level, (u64)__double_as_longlong(best));
+    if (threadIdx.x == 0) wbest[threadIdx.y] = best;
+    __syncthreads();
+    if (threadIdx.y == 0 && threadIdx.x == 0) {
+        for (int w = 1; w < 8; ++w) best = oz_max(best, wbest[w]);
+        if (best > 0.0) atomicMax(level, (u64)__double_as_longlong(best));
+    }
 }
 
 template <class T>
@@ -228,31 +268,38 @@ __device__ __forceinline__ void oz_post_test(const T *__restrict__ P, i64 ldp, O
                                              i64 br, i64 bc, int r_total, int c_total, int i0,
                                              int j0, int cap, int *__restrict__ out,
                                              i64 *__restrict__ idx) {
-    int col = blockIdx.x * 32 + threadIdx.x, row = blockIdx.y * 8 + threadIdx.y;
-    if (row >= rows || col >= cols) return;
-    OzElem e = OZ_ELEM_ARGS(P, ldp, row, col);
-    double c = C[(i64)row * cr + (i64)col * cc];
-    double absC = fabs(c);
-    double Tb = oz_trunc_bound(e.x, e.EF);
-    double bd = oz_up(__dadd_rn(Tb, oz_round_bound(c)));
-    if (bound) bound[(i64)row * br + (i64)col * bc] = bd;
-    if (!test || oz_passes(e.q, e.x, e.w)) return;
-    double W = oz_scaled(__dmul_rn(e.w, OZ_SQRT2), e.EF - 64);
-    double nu = oz_scaled(e.q.nu, e.EF - 14);
-    double lam = G ? oz_max((double)P[(i64)row * ldp + col],
-                            oz_g16_value(G[(i64)row * ldg + col]))
-                   : (double)P[(i64)row * ldp + col];
-    double L1 = oz_max(oz_lower(lam, e.EF), oz_down(__dsub_rn(absC, bd)));
-    double kk = (double)max(e.q.ke, 1);
-    double capabs = oz_down(ldexp(oz_down(__dmul_rn(kk - 1.0, L1)), -53));
-    double own = ldexp(nu, OZ_LOG2_OWN);
-    double rel = ldexp(__dmul_rn(level, absC), OZ_LOG2_POST);
-    double allow = oz_max(own, oz_min(rel, ldexp(own, OZ_LOG2_CAP)));
-    bool ok = bd < OZ_INF && Tb <= capabs && W <= allow;
-    if (!ok) {
-        int slot = atomicAdd(out, 1);
-        if (slot < cap) idx[slot] = (i64)(i0 + row) * c_total + (j0 + col);
-        if (e.q.big) atomicAdd(out + 1, 1);     // not repairable: its dot product may overflow
+    __shared__ OzSide sa[OZ_PR];
+    int col = blockIdx.x * 32 + threadIdx.x;
+    int r0 = blockIdx.y * OZ_PR, r1 = min(rows, r0 + OZ_PR);
+    OZ_STAGE_ROWS(sa, r0, r1)
+    if (col >= cols) return;
+    OzSide b = oz_side(fb, qb, rb, loB, hiB, nB, FB, ZB, col);
+    for (int row = r0 + threadIdx.y; row < r1; row += 8) {
+        T pv = P[(i64)row * ldp + col];
+        short g16 = G ? G[(i64)row * ldg + col] : 0;
+        OzElem e = oz_elem((double)pv, g16, G != nullptr, sa[row - r0], b, ZA != nullptr, kbits,
+                           with_direct);
+        double c = C[(i64)row * cr + (i64)col * cc];
+        double absC = fabs(c);
+        double Tb = oz_trunc_bound(e.x, e.EF);
+        double bd = oz_up(__dadd_rn(Tb, oz_round_bound(c)));
+        if (bound) bound[(i64)row * br + (i64)col * bc] = bd;
+        if (!test || oz_passes(e.q, e.x, e.w)) continue;
+        double W = oz_scaled(__dmul_rn(e.w, OZ_SQRT2), e.EF - 64);
+        double nu = oz_scaled(e.q.nu, e.EF - 14);
+        double lam = G ? oz_max((double)pv, oz_g16_value(g16)) : (double)pv;
+        double L1 = oz_max(oz_lower(lam, e.EF), oz_down(__dsub_rn(absC, bd)));
+        double kk = (double)max(e.q.ke, 1);
+        double capabs = oz_down(ldexp(oz_down(__dmul_rn(kk - 1.0, L1)), -53));
+        double own = ldexp(nu, OZ_LOG2_OWN);
+        double rel = ldexp(__dmul_rn(level, absC), OZ_LOG2_POST);
+        double allow = oz_max(own, oz_min(rel, ldexp(own, OZ_LOG2_CAP)));
+        bool ok = bd < OZ_INF && Tb <= capabs && W <= allow;
+        if (!ok) {
+            int slot = atomicAdd(out, 1);
+            if (slot < cap) idx[slot] = (i64)(i0 + row) * c_total + (j0 + col);
+            if (e.q.big) atomicAdd(out + 1, 1);     // not repairable: its dot product may overflow
+        }
     }
 }
 

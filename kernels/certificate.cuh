@@ -69,6 +69,26 @@ __device__ __forceinline__ short oz_g16_of(int ca, int cb) {
     return (short)(((e + 256) << 2) | (mant == 4 ? 0 : mant == 6 ? 1 : 2));
 }
 
+// The order key of the product of two codes' values (oz_g16_of's value
+// mant 2^(e - 4), e = (ca >> 1) + (cb >> 1), mant = 4, 6, 9): 4 2^x = 2^(x+2),
+// 6 2^x = 1.5 2^(x+2), 9 2^x = 1.125 2^(x+3), so key = 4 (exponent) + rank of the
+// mantissa (1, 1.125, 1.5 -> 0, 1, 2), shifted by a constant: e 4 + (0, 2, 5) for
+// mant 4, 6, 9. Distinct values have distinct keys in the values' order (the keys are
+// distinct mod 4); OZ_INT_MIN for a zero code (value 0, below every product).
+__device__ __forceinline__ int oz_g16_key(int ca, int cb) {
+    if (ca == OZ_CODE_ZERO || cb == OZ_CODE_ZERO) return OZ_INT_MIN;
+    int i = (ca & 1) + (cb & 1);                       // mant 4, 6, 9 -> 0, 1, 2
+    return 4 * ((ca >> 1) + (cb >> 1)) + (i == 0 ? 0 : i == 1 ? 2 : 5);
+}
+// The int16 code (oz_g16_of) of the product whose key is `key`; -1 for OZ_INT_MIN.
+__device__ __forceinline__ short oz_g16_of_key(int key) {
+    if (key == OZ_INT_MIN) return -1;
+    int q = key & 3;                                   // 0, 2, 1 for mant 4, 6, 9
+    int i = q == 0 ? 0 : q == 2 ? 1 : 2;
+    int e = (key - (i == 0 ? 0 : i == 1 ? 2 : 5)) >> 2;
+    return (short)(((e - 4 + 14 + 256) << 2) | i);
+}
+
 // spec.prior for one element: the a-priori test's count-independent part.
 struct OzPrior {
     int ke;

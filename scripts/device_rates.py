@@ -9,6 +9,13 @@ GPU; ``ozaki_backend/cuda/costs.py``, ``docs/precision.md``).
     python scripts/device_rates.py fit rows.json [--write] [--reference ROWS]
         the same fit of rows written by `timings --json` (on any machine); --write adds
         the rates to ozaki_backend/_data/device_rates.json under the device's name
+    python scripts/device_rates.py passes [--cases 8192:2,16384:1] [--write]
+        the certificate's data-dependent passes of eager products on phi data, kernel
+        by kernel under the PyTorch profiler: the a-posteriori test per output element
+        (post_per_element), the gathers' lower bounds and the second count per output
+        element (gathers_per_element), the top entries and codes per operand entry
+        (gathers_per_entry), the median over the cases; --write sets them in this
+        device's record of ozaki_backend/_data/device_rates.json
     python scripts/device_rates.py native-errors
         cuBLAS DGEMM's error relative to g(k) ||t||_2 u (the certificate's native scale)
         over k, on N(0,1) and phi = 2 data
@@ -133,6 +140,75 @@ def fit(args):
     return 0
 
 
+def _pass_seconds(n, phi):
+    """``(post, gathers per element, gathers per entry)`` seconds of one eager
+    ``n^3`` product of phi data (``(rand - 0.5) exp(phi randn)``), from its kernels."""
+    import cupy
+    from torch.profiler import ProfilerActivity, profile
+
+    import ozaki_backend as ob
+
+    rng = cupy.random.default_rng(0)
+    A, B = ((rng.random(s) - 0.5) * cupy.exp(phi * rng.standard_normal(s))
+            for s in ((n, n), (n, n)))
+    C = cupy.empty((n, n))
+    for _ in range(3):
+        ob.matmul(A, B, out=C, emulation="eager")
+    cupy.cuda.Device().synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        ob.matmul(A, B, out=C, emulation="eager")
+        cupy.cuda.Device().synchronize()
+    ks = sorted(((e.name, e.time_range.start, e.time_range.end - e.time_range.start)
+                 for e in prof.events() if "CUDA" in str(getattr(e, "device_type", ""))),
+                key=lambda r: r[1])
+    first_gather = min((a for name, a, _ in ks if name == "oz_gather"), default=None)
+    us = 1e-6
+    post = sum(d for name, _, d in ks if name.startswith("oz_post_")) * us
+    gather = sum(d for name, a, d in ks if name == "oz_gather" or (
+        name.startswith("oz_cert_counts") and first_gather is not None
+        and a > first_gather)) * us
+    entry = sum(d for name, _, d in ks if name in ("oz_top_entries", "oz_codes_t")) * us
+    if first_gather is None:
+        print(f"  {n}^3 phi = {phi:g}: no gathers ran", flush=True)
+    return post / (n * n), gather / (n * n), entry / (2 * n * n)
+
+
+def passes(args):
+    import cupy
+
+    from ozaki_backend.cuda.tuning import device_name
+
+    dev = cupy.cuda.runtime.getDevice()
+    name = device_name(dev)
+    got = []
+    for case in args.cases.split(","):
+        n, phi = case.split(":")
+        got.append(_pass_seconds(int(n), float(phi)))
+        print(f"{name}, {n}^3 phi = {phi}: a-posteriori {got[-1][0] * 1e12:.1f} ps per "
+              f"element, gathers {got[-1][1] * 1e12:.1f} ps per element, top entries and "
+              f"codes {got[-1][2] * 1e12:.2f} ps per entry", flush=True)
+    med = np.median(np.array(got), axis=0)
+    old = costs.rates()
+    new = {"post_per_element": float(f"{med[0]:.4g}"),
+           "gathers_per_element": float(f"{med[1]:.4g}"),
+           "gathers_per_entry": float(f"{med[2]:.4g}")}
+    for key, v in new.items():
+        print(f"  {key}: {v:.4g} (was {old[key]:.4g})")
+    if args.write:
+        table = json.loads(TABLE.read_text()) if TABLE.exists() else {"devices": {}}
+        rec = table["devices"].setdefault(name, {
+            "compute_capability": cupy.cuda.Device(dev).compute_capability,
+            "measured": str(datetime.date.today()), "command": "", "rates": {}})
+        rec["rates"].update(new)
+        rec["passes"] = (f"python scripts/device_rates.py passes --cases {args.cases} "
+                         f"--write ({datetime.date.today()})")
+        TABLE.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+        costs._table.cache_clear()
+        costs._rates_for.cache_clear()
+        print(f"written to {TABLE}")
+    return 0
+
+
 def native_errors(args):
     import cupy
 
@@ -160,19 +236,22 @@ def native_errors(args):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("timings", "native-errors", "fit"))
+    ap.add_argument("what", choices=("timings", "native-errors", "fit", "passes"))
     ap.add_argument("rows", nargs="?", help="fit: the rows written by timings --json")
     ap.add_argument("--json")
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--reference", default=str(REFERENCE),
                     help="fit: the rows measured on the GPU of costs.H200")
+    ap.add_argument("--cases", default="8192:2,16384:1",
+                    help="passes: n:phi cases, comma-separated")
     ap.add_argument("--cc", help="fit: the compute capability, for rows that lack it")
     ap.add_argument("--date", default="", help="fit: the date measured, for rows that "
                     "lack it")
     args = ap.parse_args(argv)
     if args.what == "fit" and not args.rows:
         ap.error("fit needs the rows file written by timings --json")
-    return {"timings": timings, "native-errors": native_errors, "fit": fit}[args.what](args)
+    return {"timings": timings, "native-errors": native_errors, "fit": fit,
+            "passes": passes}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,12 @@ One ``ob.matmul`` of N(0, 1) device operands (default 8192^3, the default precis
 after one warm-up product, so that the profiled launches are those of a product whose
 kernels are compiled and whose count was read once (the steady state's kernels, in
 the eager order). ``gpu-check.sh --ncu SHAPE`` runs it with the sections that say
-whether a pass is bound by DRAM or by the SMs.
+whether a pass is bound by DRAM or by the SMs. ``TIMELINE_PHI=2`` (as
+``kernel_timeline.py``): phi data ``(rand - 0.5) exp(phi randn)``, whose certificate
+runs the gathers and the a-posteriori passes (with ``OZAKI_BACKEND_EMULATION=eager``).
 """
 
+import os
 import sys
 
 import cupy
@@ -18,7 +21,12 @@ from kernel_timeline import _shape      # scripts/ is on sys.path
 
 m, k, n = _shape(sys.argv[1] if len(sys.argv) > 1 else "8192")
 rng = cupy.random.default_rng(0)
-A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+phi = float(os.environ.get("TIMELINE_PHI", "-1"))
+if phi < 0:
+    A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+else:
+    A, B = ((rng.random(s) - 0.5) * cupy.exp(phi * rng.standard_normal(s))
+            for s in ((m, k), (k, n)))
 C = cupy.empty((m, n))
 ob.matmul(A, B, out=C)                       # compiles the kernels, reads the count
 cupy.cuda.Device().synchronize()

@@ -33,6 +33,8 @@ from .scaling import BoundMatrix, Side, kernel, row_stride
 
 #: Rows per block of the count kernel (kernels/scaling.cu OZ_CR).
 _CR = 256
+#: Rows per block of the a-posteriori passes (kernels/certificate.cu OZ_PR).
+_PR = 64
 #: Status slots before the histogram.
 HEAD = 6
 
@@ -291,7 +293,7 @@ def posterior_into(a: Side, b: Side, bm: BoundMatrix, tiles, k, n_moduli, C, *, 
         for (i0, i1, j0, j1) in tiles:
             P = bm.tile(i0, i1, j0, j1)
             G = None if gathers is None else gathers.tile(i0, i1, j0, j1)
-            grid = (-(-(j1 - j0) // 32), -(-(i1 - i0) // 8))
+            grid = (-(-(j1 - j0) // 32), -(-(i1 - i0) // _PR))
             args = (P, row_stride(P)) + _post_args(a, b, fac, c, i0, i1, j0, j1, G, k, C)
             name = f"oz_post_{'i64' if P.dtype == np.int64 else 'i32'}_{stage}"
             if stage == "level":

@@ -346,7 +346,7 @@ def _cheapest_count(plan, m, n, k, dec, prep, widen=True):
     """``dec``, or with ``emulation="performant"`` the count every element passes a
     priori where this GPU's model computes the product faster there than at ``dec``'s
     count with the a-posteriori test (``docs/spec.md`` §10.4: that test is two passes
-    over the output, ~45 ps an element on the H200, more than one or two more INT8
+    over the output, ~29 ps an element on an H100, more than one or two more INT8
     GEMMs cost at k below ~10^4). Both are certified, the bits those of that count;
     ``emulation="eager"`` (and the CPU engine) keep ``dec``. ``widen``: the windowed
     search may be widened to find the count (another count pass); without it only a
