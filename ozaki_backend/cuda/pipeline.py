@@ -236,6 +236,7 @@ def _product_once(A, B, plan, out, *, alpha, beta, C0, phases, strategy, check_f
             GUESSES["right"] += 1
             if plan.adaptive:
                 _remember(key, guess, guessed=guess)
+                _note_native(key, False)    # emulated: a shape read again is forgotten
             _stats.record_moduli(guess)
             got = read_back[0]
             outcome = CERTIFIED if plan.adaptive or not (got.failing or got.direct) else \

@@ -8,8 +8,9 @@ to the output, abandoning a wrong guess (:class:`_WrongGuess`). Here: the rule o
 guess (:func:`_early_guess`, :func:`_guess`, :data:`GUESS_MISSES`), the per-thread
 tables of the counts (:func:`_remember`, :func:`_last_count`) and of the shapes that went
 native for their count (``native (faster)``, §10.4: :func:`_native_again`,
-:func:`_note_native`, :data:`NATIVE_PROBE`), at most :data:`SHAPES_REMEMBERED` shapes
-each, and :data:`GUESSES`, how the guesses turned out.
+:func:`_note_native`, :data:`NATIVE_PROBE`, kept CuPy-free in :mod:`.shape_tables`), at
+most :data:`SHAPES_REMEMBERED` shapes each, and :data:`GUESSES`, how the guesses turned
+out.
 """
 
 from __future__ import annotations
@@ -19,9 +20,20 @@ import threading
 import cupy
 import numpy as np
 
+from .shape_tables import (  # noqa: F401
+    NATIVE_PROBE,
+    NATIVE_PROBE_MAX,
+    SHAPES_REMEMBERED,
+    _keep,
+    _native_again,
+    _native_interval,
+    _note_native,
+    _performant,
+    _shape_memory,
+)
 from .workspace import _bound_layout, _product_layout, retrying, workspace_budget
 
-_local = threading.local()      # this thread's shape tables and pinned status buffers
+_local = threading.local()      # this thread's pinned status buffers
 
 
 #: Products started with a guessed count, by how the guess turned out (all threads).
@@ -63,63 +75,6 @@ def _guess(plan, key, prep, bound):
     need = _bound_layout(m, n, prep.kpad).nbytes + \
         _product_layout(m, n, prep.kpad, N).nbytes
     return N if need <= workspace_budget() else None
-
-
-#: A shape whose last product went native for its count (``native (faster)``) is
-#: computed natively without statistics for this many calls, then read again.
-NATIVE_PROBE = 16
-
-
-#: Shapes a thread remembers (counts, native decisions) before it forgets them all.
-SHAPES_REMEMBERED = 256
-
-
-def _shape_memory(name):
-    """This thread's per-shape table ``name`` (made on first use)."""
-    table = getattr(_local, name, None)
-    if table is None:
-        table = {}
-        setattr(_local, name, table)
-    return table
-
-
-def _keep(table, key, value):
-    """``table[key] = value``, the table emptied first when it holds
-    :data:`SHAPES_REMEMBERED` other shapes."""
-    if len(table) >= SHAPES_REMEMBERED and key not in table:
-        table.clear()
-    table[key] = value
-
-
-def _performant(plan) -> bool:
-    """Whether ``plan`` lets native DGEMM replace the emulation where it is cheaper
-    (``emulation="performant"``, the default; ``"eager"`` always emulates)."""
-    return plan.options.get("emulation", "performant") == "performant"
-
-
-def _native_again(plan, key) -> bool:
-    """Whether this thread's last product of shape ``key`` went native for its count
-    and fewer than :data:`NATIVE_PROBE` calls have passed since its data were read
-    (counts the call)."""
-    if not _performant(plan):
-        return False
-    native = _shape_memory("native")
-    if key not in native:
-        return False
-    native[key] += 1
-    if native[key] >= NATIVE_PROBE:
-        del native[key]             # this call reads the data again
-        return False
-    return True
-
-
-def _note_native(key, went_native):
-    """Record whether the product of shape ``key`` just went native for its count."""
-    native = _shape_memory("native")
-    if went_native:
-        _keep(native, key, 0)
-    else:
-        native.pop(key, None)
 
 
 def _seen(key):

@@ -224,6 +224,49 @@ def test_a_shape_that_went_native_for_its_count_stays_native_until_the_probe(mon
     assert out == {"certified": 1}
 
 
+def test_a_read_that_decides_native_again_doubles_the_interval(monkeypatch):
+    """Each read of a remembered native shape that decides native again doubles the
+    calls before the next read (:data:`~shape_memory.NATIVE_PROBE`, 2x, 4x, ... at most
+    :data:`~shape_memory.NATIVE_PROBE_MAX`): the data are read on calls 1, 17, 49,
+    113, ...; an emulated product forgets the shape, so the next native decision starts
+    again at ``NATIVE_PROBE``."""
+    from ozaki_backend.cuda import costs
+
+    monkeypatch.setattr(costs, "native_faster", lambda *a, **k: False)   # no early native
+    prefer_native = [True]
+    reads = []                  # the calls whose count reached the native-or-not decision
+
+    def decide(*a):
+        reads.append(len(calls))
+        return prefer_native[0]
+
+    monkeypatch.setattr(pipeline, "_native_faster", decide)
+    A, B = _operands("phi1", 7)
+    dA, dB = cupy.asarray(A[:, :40]), cupy.asarray(B[:40])
+    native = (dA @ dB).get()
+    calls = []
+    key = (dA.shape[0], dB.shape[1], dA.shape[1], "accurate")
+    P = shape_memory.NATIVE_PROBE
+    expected = [0, P, 3 * P, 7 * P]              # 0-based calls that read the data
+    for _ in range(expected[-1] + 1):
+        C = ob.matmul(dA, dB, engine="cuda", emulation="performant")
+        calls.append(1)
+        assert_same_bits(C.get(), native)
+    # a read may consult the decision more than once (the guessed count's check)
+    assert sorted(set(reads)) == expected
+    assert shape_memory._native_interval(key) == 8 * P <= shape_memory.NATIVE_PROBE_MAX
+    prefer_native[0] = False        # the data turn ordinary: emulated at the next read
+    for _ in range(8 * P + 1):      # the read, then a call that reads again
+        ob.matmul(dA, dB, engine="cuda", emulation="performant")
+        calls.append(1)
+    last = expected[-1] + 8 * P
+    assert sorted(set(reads)) == expected + [last, last + 1]
+    assert shape_memory._native_interval(key) is None
+    prefer_native[0] = True
+    ob.matmul(dA, dB, engine="cuda", emulation="performant")
+    assert shape_memory._native_interval(key) == P
+
+
 def _reference_choice(A, B):
     """The CPU engine's :class:`~ozaki_backend.spec.certificate.Choice` for ``A @ B``."""
     from ozaki_backend.reference import certificate, equilibrate, scaling
