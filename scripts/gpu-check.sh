@@ -49,6 +49,10 @@
 #               scripts/product_ncu.py under `ncu --section SpeedOfLight` (DRAM and SM
 #               throughput of every kernel of one product, the first GEMM's included;
 #               NCU_ARGS adds options); $OUT/ncu.log, a table of them printed last
+#   --first-call SHAPES  also scripts/first_call.py SHAPES (space-separated n or m,k,n;
+#               issue 33): the first five products of a fresh process, with and without
+#               ob.warm_up(), against the steady time; $OUT/first-call.log and .json;
+#               FIRST_CALL_TIMEOUT
 #   --dask      also scripts/dask_gpu.py (issue 15: one GPU worker; DASK_ARGS adds its
 #               options), logged to $OUT/dask_gpu.log, JSON in $OUT/dask_gpu.json.
 #               Needs the dask wheels: carry .whl_dask (installed like .whl)
@@ -63,7 +67,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
 run_tests=1 run_bench=1 run_tune=0 run_san=0 run_g8=0 run_dask=0 run_host=0 kexpr=() ws_parts=""
-prof_sizes="" ov_shapes="" ho_shapes="" ncu_shape="" steady_shapes="" rep_cases=""
+prof_sizes="" ov_shapes="" ho_shapes="" ncu_shape="" steady_shapes="" rep_cases="" fc_shapes=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests-only) run_bench=0; shift ;;
@@ -80,6 +84,7 @@ while [ $# -gt 0 ]; do
     --repairs) rep_cases="$2"; shift 2 ;;
     --ncu) ncu_shape="$2"; shift 2 ;;
     --steady) steady_shapes="$2"; shift 2 ;;
+    --first-call) fc_shapes="$2"; shift 2 ;;
     --host-path) run_hp=1; run_tests=0; run_bench=0; shift ;;
     -k) kexpr=(-k "$2"); shift 2 ;;
     *) break ;;
@@ -140,6 +145,12 @@ if [ -n "$steady_shapes" ]; then
   { timeout "${STEADY_TIMEOUT:-300}" python3 scripts/steady_ratio.py $steady_shapes &&
     timeout "${STEADY_TIMEOUT:-300}" python3 scripts/kernel_timeline.py --steady $steady_shapes
   } 2>&1 | grep -v -i "warn" >"$OUT/steady.log" || rc_steady=1
+fi
+rc_fc=0
+if [ -n "$fc_shapes" ]; then
+  # shellcheck disable=SC2086
+  FIRST_CALL_JSON="$OUT/first-call.json" timeout "${FIRST_CALL_TIMEOUT:-300}" \
+    python3 scripts/first_call.py $fc_shapes >"$OUT/first-call.log" 2>&1 || rc_fc=1
 fi
 rc_rep=0
 if [ -n "$rep_cases" ]; then
@@ -280,6 +291,10 @@ if [ -n "$ho_shapes" ]; then
 fi
 if [ -n "$steady_shapes" ]; then
   echo "==== steady state of a loop (steady.log), rc=$rc_steady"; cat "$OUT/steady.log"
+fi
+if [ -n "$fc_shapes" ]; then
+  echo "==== first products of a fresh process (first-call.log), rc=$rc_fc"
+  tail -n 12 "$OUT/first-call.log"
 fi
 if [ -n "$ncu_shape" ]; then
   echo "==== Nsight Compute, one product of $ncu_shape (ncu.log), rc=$rc_ncu"
