@@ -81,19 +81,24 @@ def _shape(spec):
     return (v[0], v[0], v[0]) if len(v) == 1 else tuple(v)
 
 
-def _warm_operands(spec, native=False):
-    """``((m, k, n), A, B, C)``: N(0, 1) device operands of the shape ``spec`` and an
-    output, after five products (and five native ones with ``native``) have compiled
-    the kernels, filled the memory pool and captured the prepare stage's graphs (the
-    steady state of a loop: ``bench.WARMUP_CALLS``)."""
-    m, k, n = _shape(spec)
+def _operands(m, k, n):
+    """Device operands ``(A, B)`` of an (m, k) @ (k, n) product: N(0, 1), or with
+    ``TIMELINE_PHI=phi`` the phi data ``(rand - 0.5) exp(phi randn)``."""
     rng = cupy.random.default_rng(0)
     phi = float(os.environ.get("TIMELINE_PHI", "-1"))
     if phi < 0:
-        A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
-    else:
-        A, B = ((rng.random(s) - 0.5) * cupy.exp(phi * rng.standard_normal(s))
-                for s in ((m, k), (k, n)))
+        return rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    return tuple((rng.random(s) - 0.5) * cupy.exp(phi * rng.standard_normal(s))
+                 for s in ((m, k), (k, n)))
+
+
+def _warm_operands(spec, native=False):
+    """``((m, k, n), A, B, C)``: device operands of the shape ``spec`` (:func:`_operands`)
+    and an output, after five products (and five native ones with ``native``) have
+    compiled the kernels, filled the memory pool and captured the prepare stage's graphs
+    (the steady state of a loop: ``bench.WARMUP_CALLS``)."""
+    m, k, n = _shape(spec)
+    A, B = _operands(m, k, n)
     C = cupy.empty((m, n))
     for _ in range(5):
         ob.matmul(A, B, out=C)

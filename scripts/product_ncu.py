@@ -11,22 +11,15 @@ whether a pass is bound by DRAM or by the SMs. ``TIMELINE_PHI=2`` (as
 runs the gathers and the a-posteriori passes (with ``OZAKI_BACKEND_EMULATION=eager``).
 """
 
-import os
 import sys
 
 import cupy
 
 import ozaki_backend as ob
-from kernel_timeline import _shape      # scripts/ is on sys.path
+from kernel_timeline import _operands, _shape      # scripts/ is on sys.path
 
 m, k, n = _shape(sys.argv[1] if len(sys.argv) > 1 else "8192")
-rng = cupy.random.default_rng(0)
-phi = float(os.environ.get("TIMELINE_PHI", "-1"))
-if phi < 0:
-    A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
-else:
-    A, B = ((rng.random(s) - 0.5) * cupy.exp(phi * rng.standard_normal(s))
-            for s in ((m, k), (k, n)))
+A, B = _operands(m, k, n)
 C = cupy.empty((m, n))
 ob.matmul(A, B, out=C)                       # compiles the kernels, reads the count
 cupy.cuda.Device().synchronize()
