@@ -15,11 +15,12 @@ _local = threading.local()      # this thread's shape tables
 NATIVE_PROBE = 16
 
 #: Each read that decides native again doubles the calls before the next one, up to
-#: this many. A read costs the statistics and the count on top of the DGEMM: reading
-#: every 16th call cost a loop that stays native 5 % of its time at 4096^3, phi = 2 (H200,
-#: 2.47 ms a call against DGEMM's 2.35); doubling takes that share below 0.1 % within six
-#: reads, while a loop whose data turn ordinary still goes back to the emulation within
-#: 1024 calls.
+#: this many. A read costs the prepare stage (statistics, bound GEMM, count: about 45
+#: kernels, a large share of a DGEMM at 4096^3) on top of the DGEMM; every 16th call
+#: of a loop that stays native paid it, and doubling makes that one call in 1024 within
+#: six reads, while a loop whose data turn ordinary still goes back to the emulation
+#: within 1024 calls. (The 0.95x of 4096^3 rows timed one synchronised call at a time
+#: is the call's host time, not this: a median of 5 calls holds no read.)
 NATIVE_PROBE_MAX = 1024
 
 
