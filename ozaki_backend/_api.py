@@ -442,9 +442,11 @@ def warm_up(engine: str = "auto") -> str:
     computes a few small products of each kind (both scaling modes, data of ordinary
     and of wide range, device and host operands, a size on and one off the kernels'
     tiles) with ``emulation="eager"``, so that these costs fall outside the products
-    that follow (a new shape still plans its own). Its products are not counted in
-    :func:`~ozaki_backend.stats` and warn of nothing. Call it once, at start-up, in
-    the thread that will use the GPU, after choosing the device (``cupy.cuda.Device``).
+    that follow (a new shape still plans its own: on an H100 the first 8192³ product of
+    a fresh process took 30 ms after it, 201 ms without, 19 ms steady). Its products
+    are not counted in :func:`~ozaki_backend.stats` and warn of nothing. Call it once,
+    at start-up, in the thread that will use the GPU, after choosing the device
+    (``cupy.cuda.Device``).
 
     Parameters
     ----------
