@@ -9,6 +9,7 @@ GPU; ``ozaki_backend/cuda/costs.py``, ``docs/precision.md``).
     python scripts/device_rates.py fit rows.json [--write] [--reference ROWS]
         the same fit of rows written by `timings --json` (on any machine); --write adds
         the rates to ozaki_backend/_data/device_rates.json under the device's name
+        (keeping the pass costs a `passes --write` measured there)
     python scripts/device_rates.py passes [--cases 8192:2,16384:1] [--write]
         the certificate's data-dependent passes of eager products on phi data, kernel
         by kernel under the PyTorch profiler: the a-posteriori test per output element
@@ -111,6 +112,20 @@ def _report_fit(measured, reference):
     return fitted
 
 
+#: The rates `passes --write` measures; a later `fit --write` keeps them (its fit only
+#: scales the H200's by the bandwidths' ratio, a guess where a measurement exists).
+PASS_RATES = ("post_per_element", "gathers_per_element", "gathers_per_entry")
+
+
+def merged_record(old, new):
+    """``new``, a device's record from :func:`fit`, keeping the pass costs that ``old``
+    (its record in the table, or None) holds from ``passes --write`` (and that note)."""
+    if not old or not old.get("passes"):
+        return new
+    kept = {key: old["rates"][key] for key in PASS_RATES if key in old.get("rates", {})}
+    return {**new, "rates": {**new["rates"], **kept}, "passes": old["passes"]}
+
+
 def fit(args):
     with open(args.rows) as f:
         measured = json.load(f)
@@ -129,12 +144,13 @@ def fit(args):
             "command": "python scripts/device_rates.py timings (costs.H200)", "rates": {}})
         rates = {key: float(f"{v:.4g}") for key, v in fitted.items()
                  if f"{v:.4g}" != f"{costs.H200[key]:.4g}"}
-        table["devices"][measured["device"]] = {
-            "compute_capability": measured["compute_capability"],
-            "measured": measured.get("date", ""),
-            "command": "python scripts/device_rates.py timings --json rows.json; "
-                       "python scripts/device_rates.py fit rows.json --write",
-            "rates": rates}
+        table["devices"][measured["device"]] = merged_record(
+            table["devices"].get(measured["device"]), {
+                "compute_capability": measured["compute_capability"],
+                "measured": measured.get("date", ""),
+                "command": "python scripts/device_rates.py timings --json rows.json; "
+                           "python scripts/device_rates.py fit rows.json --write",
+                "rates": rates})
         TABLE.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
         print(f"written to {TABLE}")
     return 0

@@ -130,3 +130,34 @@ def test_the_shipped_table_keeps_every_measured_gpu_its_own_rates():
             rec["rates"].get("bandwidth", costs.H200["bandwidth"])
     if any(rec["compute_capability"] == "90" for rec in table.values()):
         assert costs.rates_of("NVIDIA H200", "90", table) == costs.H200
+
+
+def _device_rates_script():
+    """``scripts/device_rates.py`` as a module (its helpers need no GPU)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "device_rates.py"
+    spec = importlib.util.spec_from_file_location("device_rates_script", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_refit_keeps_the_pass_costs_measured_by_passes():
+    """``fit --write`` replaces a device's record with fitted rates, in which the
+    certificate's pass costs are only the H200's scaled by bandwidth; where ``passes
+    --write`` measured them on that device, the new record keeps the measurements."""
+    dr = _device_rates_script()
+    fitted = {"compute_capability": "90", "measured": "later", "command": "fit",
+              "rates": {"bandwidth": 3.0e12, "post_per_element": 40e-12}}
+    assert dr.merged_record(None, fitted) == fitted
+    unmeasured = {"compute_capability": "90", "rates": {"post_per_element": 30e-12}}
+    assert dr.merged_record(unmeasured, fitted) == fitted
+    measured = {"compute_capability": "90", "passes": "passes --write (earlier)",
+                "rates": {"post_per_element": 28e-12, "gathers_per_element": 61e-12,
+                          "gathers_per_entry": 14e-12, "bandwidth": 2.0e12}}
+    got = dr.merged_record(measured, fitted)
+    assert got["rates"] == {"bandwidth": 3.0e12, "post_per_element": 28e-12,
+                            "gathers_per_element": 61e-12, "gathers_per_entry": 14e-12}
+    assert got["passes"] == measured["passes"] and got["measured"] == "later"
+    assert set(dr.PASS_RATES) <= set(costs.H200)
