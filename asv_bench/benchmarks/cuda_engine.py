@@ -8,7 +8,7 @@ product, not the time to enqueue it.
 
 import ozaki_backend
 
-from ._common import operands, require_gpu
+from ._common import SEED, operands, require_gpu, require_testing
 
 SIZES = [1024, 4096, 8192]
 
@@ -142,3 +142,57 @@ class TimeCUDAGemmPath:
     def time_product(self, n, path):
         self.run()
         self.cp.cuda.Device().synchronize()
+
+
+def _median_event_seconds(cp, fn, reps=5):
+    """Median seconds of ``reps`` synchronised calls of ``fn`` (CUDA events)."""
+    times = []
+    for _ in range(reps):
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+class TrackCUDAWideRange:
+    """cuBLAS DGEMM's time over ours on phi data (``testing.phi_matrix`` on the device:
+    phi = -1 N(0, 1), 1 and 2 rows spanning many binades) under ``precision="fp64"``:
+    ``performant`` (the default: native DGEMM where the cost model prices it faster,
+    never much below 1) and ``eager`` (the certified emulation at its count, gathers
+    and a-posteriori test included: what the certificate's passes cost). Issue 32's
+    targets read from it: the default at 1.0 or above on every row, the eager rows
+    rising as the certificate gets cheaper."""
+
+    params = ([4096, 8192], [-1.0, 1.0, 2.0], ["performant", "eager"])
+    param_names = ["n", "phi", "emulation"]
+    timeout = 900
+
+    def setup(self, n, phi, emulation):
+        cp = require_gpu()
+        testing = require_testing()
+        self.cp = cp
+        rng = cp.random.default_rng(SEED)
+        self.a = testing.phi_matrix((n, n), phi, rng)
+        self.b = testing.phi_matrix((n, n), phi, rng)
+        self.out = cp.empty((n, n))
+        self.params_emulation = emulation
+        for _ in range(3):                     # kernels, workspace, the shape's count
+            self._ours()
+            cp.matmul(self.a, self.b, out=self.out)
+        cp.cuda.Device().synchronize()
+
+    def _ours(self):
+        ozaki_backend.matmul(self.a, self.b, out=self.out, engine="cuda",
+                             emulation=self.params_emulation)
+
+    def track_ratio_to_dgemm(self, n, phi, emulation):
+        native = _median_event_seconds(
+            self.cp, lambda: self.cp.matmul(self.a, self.b, out=self.out))
+        ours = _median_event_seconds(self.cp, self._ours)
+        return native / ours
+
+    track_ratio_to_dgemm.unit = "x DGEMM"
