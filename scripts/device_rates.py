@@ -160,13 +160,14 @@ def _pass_seconds(n, phi):
     """``(post, gathers per element, gathers per entry)`` seconds of one eager
     ``n^3`` product of phi data (``(rand - 0.5) exp(phi randn)``), from its kernels."""
     import cupy
+    from kernel_timeline import _kernels  # scripts/ is on sys.path
     from torch.profiler import ProfilerActivity, profile
 
     import ozaki_backend as ob
+    from ozaki_backend.testing import phi_matrix
 
     rng = cupy.random.default_rng(0)
-    A, B = ((rng.random(s) - 0.5) * cupy.exp(phi * rng.standard_normal(s))
-            for s in ((n, n), (n, n)))
+    A, B = phi_matrix((n, n), phi, rng), phi_matrix((n, n), phi, rng)
     C = cupy.empty((n, n))
     for _ in range(3):
         ob.matmul(A, B, out=C, emulation="eager")
@@ -174,9 +175,7 @@ def _pass_seconds(n, phi):
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         ob.matmul(A, B, out=C, emulation="eager")
         cupy.cuda.Device().synchronize()
-    ks = sorted(((e.name, e.time_range.start, e.time_range.end - e.time_range.start)
-                 for e in prof.events() if "CUDA" in str(getattr(e, "device_type", ""))),
-                key=lambda r: r[1])
+    ks = _kernels(prof)
     first_gather = min((a for name, a, _ in ks if name == "oz_gather"), default=None)
     us = 1e-6
     post = sum(d for name, _, d in ks if name.startswith("oz_post_")) * us

@@ -17,6 +17,14 @@ def _flops(n):
     return 2.0 * n ** 3
 
 
+def _median_event_seconds(fn, reps=5):
+    """Median seconds of ``reps`` synchronised calls of ``fn`` by CUDA events, no
+    warm-up (``setup`` warmed up): the package's own timer."""
+    from ozaki_backend.provenance import median_device_time
+
+    return median_device_time(fn, reps, warmup=0)
+
+
 class TimeCUDADevice:
     """CuPy operands in, CuPy result out (no host transfers)."""
 
@@ -39,17 +47,8 @@ class TimeCUDADevice:
 
     def track_tflops(self, n, mode):
         """2n^3 / median time of 5 synchronised products (CUDA events)."""
-        cp = self.cp
-        times = []
-        for _ in range(5):
-            start, stop = cp.cuda.Event(), cp.cuda.Event()
-            start.record()
-            self.plan.matmul(self.a, self.b)
-            stop.record()
-            stop.synchronize()
-            times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
-        times.sort()
-        return _flops(n) / times[len(times) // 2] / 1e12
+        return _flops(n) / _median_event_seconds(
+            lambda: self.plan.matmul(self.a, self.b)) / 1e12
 
     track_tflops.unit = "TFLOPS"
 
@@ -144,20 +143,6 @@ class TimeCUDAGemmPath:
         self.cp.cuda.Device().synchronize()
 
 
-def _median_event_seconds(cp, fn, reps=5):
-    """Median seconds of ``reps`` synchronised calls of ``fn`` (CUDA events)."""
-    times = []
-    for _ in range(reps):
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
-    times.sort()
-    return times[len(times) // 2]
-
-
 class TrackCUDAWideRange:
     """cuBLAS DGEMM's time over ours on phi data (``testing.phi_matrix`` on the device:
     phi = -1 N(0, 1), 1 and 2 rows spanning many binades) under ``precision="fp64"``:
@@ -191,8 +176,8 @@ class TrackCUDAWideRange:
 
     def track_ratio_to_dgemm(self, n, phi, emulation):
         native = _median_event_seconds(
-            self.cp, lambda: self.cp.matmul(self.a, self.b, out=self.out))
-        ours = _median_event_seconds(self.cp, self._ours)
+            lambda: self.cp.matmul(self.a, self.b, out=self.out))
+        ours = _median_event_seconds(self._ours)
         return native / ours
 
     track_ratio_to_dgemm.unit = "x DGEMM"
