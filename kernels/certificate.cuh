@@ -48,11 +48,6 @@ __device__ __forceinline__ int oz_code(double x, int E) {
     return c < OZ_CODE_MIN ? OZ_CODE_ZERO : c;
 }
 
-// spec.code_value: (2 + m1) 2^(rel - 2), 0 for the zero code.
-__device__ __forceinline__ double oz_code_value(int c) {
-    return c == OZ_CODE_ZERO ? 0.0 : ldexp(2.0 + (double)(c & 1), (c >> 1) - 2);
-}
-
 // The gathered lower bound G14 is stored per element as an int16: -1 for 0, else
 // ((e + 256) << 2) | i for the value mant_i 2^e, mant = 4, 6, 9 (the products of two
 // codes' (2 + m1); e >= -116 for codes >= CODE_MIN).
@@ -61,26 +56,21 @@ __device__ __forceinline__ double oz_g16_value(short g) {
     int i = g & 3;
     return ldexp(i == 0 ? 4.0 : i == 1 ? 6.0 : 9.0, (g >> 2) - 256);
 }
-// Encode the product of two non-zero codes' values times 2^14.
-__device__ __forceinline__ short oz_g16_of(int ca, int cb) {
-    int ma = ca & 1, mb = cb & 1;
-    int mant = (2 + ma) * (2 + mb);                    // 4, 6 or 9
-    int e = (ca >> 1) + (cb >> 1) - 4 + 14;
-    return (short)(((e + 256) << 2) | (mant == 4 ? 0 : mant == 6 ? 1 : 2));
-}
 
-// The order key of the product of two codes' values (oz_g16_of's value
-// mant 2^(e - 4), e = (ca >> 1) + (cb >> 1), mant = 4, 6, 9): 4 2^x = 2^(x+2),
-// 6 2^x = 1.5 2^(x+2), 9 2^x = 1.125 2^(x+3), so key = 4 (exponent) + rank of the
-// mantissa (1, 1.125, 1.5 -> 0, 1, 2), shifted by a constant: e 4 + (0, 2, 5) for
-// mant 4, 6, 9. Distinct values have distinct keys in the values' order (the keys are
-// distinct mod 4); OZ_INT_MIN for a zero code (value 0, below every product).
+// The product of two non-zero codes' values (spec.code_value: (2 + m1) 2^(c/2 - 2),
+// c/2 rounded down) is mant 2^(e - 4) with e = (ca >> 1) + (cb >> 1), mant = (2 + ma)
+// (2 + mb) = 4, 6, 9. Its order key: 4 2^x = 2^(x+2), 6 2^x = 1.5 2^(x+2),
+// 9 2^x = 1.125 2^(x+3), so key = 4 (exponent) + rank of the mantissa (1, 1.125, 1.5
+// -> 0, 1, 2), shifted by a constant: e 4 + (0, 2, 5) for mant 4, 6, 9. Distinct values
+// have distinct keys in the values' order (the keys are distinct mod 4); OZ_INT_MIN for
+// a zero code (value 0, below every product).
 __device__ __forceinline__ int oz_g16_key(int ca, int cb) {
     if (ca == OZ_CODE_ZERO || cb == OZ_CODE_ZERO) return OZ_INT_MIN;
     int i = (ca & 1) + (cb & 1);                       // mant 4, 6, 9 -> 0, 1, 2
     return 4 * ((ca >> 1) + (cb >> 1)) + (i == 0 ? 0 : i == 1 ? 2 : 5);
 }
-// The int16 code (oz_g16_of) of the product whose key is `key`; -1 for OZ_INT_MIN.
+// The int16 code of the product (its value times 2^14, as oz_g16_value reads it) whose
+// key is `key`; -1 for OZ_INT_MIN.
 __device__ __forceinline__ short oz_g16_of_key(int key) {
     if (key == OZ_INT_MIN) return -1;
     int q = key & 3;                                   // 0, 2, 1 for mant 4, 6, 9
