@@ -17,7 +17,10 @@ same way outside any scope):
 * the grid (``--grid``): for each shape, plain NumPy against the same call inside
   ``enabled()`` with the cost model deciding (``min_size="auto"``), timed alternately
   (one call each way in turn, so that a drift of the machine's speed cannot pass for a
-  cost of the scope), their ratio and the decision; the target is a ratio of at most
+  cost of the scope; a declined shape as many times as make each side run
+  ``GRID_MIN_SECONDS``, so that a 0.1 ms product is not judged on three calls), their
+  ratio, the decision and where it was made (``decided_in``: in the C hook below the
+  floor, or by the Python router); the target is a ratio of at most
   1.03 everywhere, and the worst ratio of a declined shape is reported on its own
   (``worst_declined``: a product the backend keeps native must cost nothing);
 * the host path's steps for ``A @ B`` at ``n`` (upload, engine, download, each
@@ -164,15 +167,29 @@ def median_time(fn, reps, *, keep=True, slow_s=2.0):
     return statistics.median(times), (res if keep else None)
 
 
-def alternating_times(fn, reps, scope):
+#: Each side of a grid row runs at least this long (seconds): a 256^3 product takes
+#: ~0.1 ms on a 16-core host, where three or five calls measured the machine's jitter
+#: (1.28x at 256^3 on the H100 host with three calls each way, below the floor, where
+#: the scope adds one comparison in C).
+GRID_MIN_SECONDS = 0.25
+#: At most this many calls each way, whatever ``min_seconds`` asks.
+MAX_REPS = 2001
+
+
+def alternating_times(fn, reps, scope, min_seconds=0.0):
     """``(native median, scoped median)`` seconds of ``fn`` called alternately outside
-    any scope and inside ``scope()``, ``reps`` times each, after one warm-up call each
-    way. Alternating pairs keep a drift of the machine's speed (turbo, other load)
-    out of the ratio, which timing one side after the other does not."""
+    any scope and inside ``scope()``, after one warm-up call each way, ``reps`` times
+    each or more: as many as make each side run ``min_seconds`` (at most
+    :data:`MAX_REPS`). Alternating pairs keep a drift of the machine's speed (turbo,
+    other load) out of the ratio, which timing one side after the other does not."""
     nat, inside = [], []
+    t0 = time.perf_counter()
     fn()
+    first = time.perf_counter() - t0
     with scope():
         fn()
+    if min_seconds > 0 and first > 0:
+        reps = max(reps, min(MAX_REPS, int(min_seconds / first) + 1))
     for _ in range(max(1, reps)):
         t0 = time.perf_counter()
         fn()
@@ -198,7 +215,8 @@ def declined_ratios(shapes, reps, scope, *, entry="@/np.matmul"):
             continue
         rng = np.random.default_rng(m + n + k)
         a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
-        t_nat, t_in = alternating_times(lambda: a @ b, reps, scope)
+        t_nat, t_in = alternating_times(lambda: a @ b, reps, scope,
+                                        min_seconds=GRID_MIN_SECONDS)
         out[(m, n, k)] = t_in / t_nat
     return out
 
@@ -377,8 +395,9 @@ def gram_rows(args, scope, log):
 
 
 def grid_rows(args, scope, log):
-    """Plain NumPy against the routed call (the cost model deciding) per shape."""
-    from .dispatch import routing
+    """Plain NumPy against the routed call (the cost model deciding) per shape; a
+    declined shape runs each way for at least :data:`GRID_MIN_SECONDS`."""
+    from .dispatch import loophook, routing
 
     import ozaki_backend as ob
 
@@ -389,19 +408,39 @@ def grid_rows(args, scope, log):
         b = rng.standard_normal((k, n))
         d = routing.decide(_scope_config(scope), m, n, k, entry="@/np.matmul")
         routed0, fallback0 = _counts()
-        t_nat, t_rt = alternating_times(lambda: a @ b, args.grid_reps, scope)
+        hook0 = loophook.counters()
+        t_nat, t_rt = alternating_times(lambda: a @ b, args.grid_reps, scope,
+                                        min_seconds=0.0 if d else GRID_MIN_SECONDS)
         routed1, fallback1 = _counts()
+        hook1 = loophook.counters()
         r = {"name": format_shape(m, n, k), "native_s": t_nat, "routed_s": t_rt,
              "ratio": t_rt / t_nat, "routed": routed1 > routed0,
              "fallbacks": fallback1 - fallback0, "memory": None, "shape": [m, n, k],
              "decision": "routed" if d else "native", "decision_text": str(d),
              "reason": d.reason, "est_host_s": d.est_host_s,
-             "est_emulated_s": d.est_emulated_s, "ok": t_rt / t_nat <= TARGET_RATIO}
+             "est_emulated_s": d.est_emulated_s, "ok": t_rt / t_nat <= TARGET_RATIO,
+             "decided_in": _decided_in(hook0, hook1)}
         ob.reset_stats()
         a = b = None
-        log(_row_line(r) + f" | {'ok' if r['ok'] else 'SLOWER'}: {d.reason}")
+        where = "" if d else f" (decided in {r['decided_in']})"
+        log(_row_line(r) + f" | {'ok' if r['ok'] else 'SLOWER'}: {d.reason}{where}")
         out.append(r)
     return out
+
+
+def _decided_in(before, after):
+    """Where the scoped calls of a grid row were decided, from the loop hook's counts
+    (``loophook.counters()`` before and after): ``"C"`` when every one stayed in the
+    C hook (below the floor: NumPy's loop with one comparison added), ``"Python"`` when
+    every one called the Python router (the cost model's decision, ~15-50 us), else
+    ``"mixed"`` (or ``"unknown"`` without the extension)."""
+    below = after["below_floor"] - before["below_floor"]
+    py = after["python_calls"] - before["python_calls"]
+    if below and not py:
+        return "C"
+    if py and not below:
+        return "Python"
+    return "mixed" if below or py else "unknown"
 
 
 def worst_declined(grid):

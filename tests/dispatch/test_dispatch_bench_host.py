@@ -2,6 +2,7 @@
 is produced, the JSON file is written, and routed rows really were routed."""
 
 import json
+import time
 
 import pytest
 
@@ -75,6 +76,53 @@ def test_alternating_times_alternates():
     bench_host.alternating_times(lambda: seen.append(config.current().enabled), 3,
                                  lambda: ob.enabled(engine="cpu"))
     assert seen == [False, True] * 4
+
+
+def test_alternating_times_runs_long_enough_each_way():
+    # A call of ~1 ms with min_seconds=0.02: at least 20 pairs, not the 3 asked, and
+    # never more than MAX_REPS.
+    import ozaki_backend as ob
+
+    calls = []
+
+    def fn():
+        calls.append(1)
+        time.sleep(0.001)
+
+    bench_host.alternating_times(fn, 3, lambda: ob.enabled(engine="cpu"),
+                                 min_seconds=0.02)
+    pairs = (len(calls) - 2) // 2
+    assert 3 < pairs <= bench_host.MAX_REPS and len(calls) % 2 == 0
+    calls.clear()
+    bench_host.alternating_times(lambda: calls.append(1), 3,
+                                 lambda: ob.enabled(engine="cpu"), min_seconds=1e6)
+    assert (len(calls) - 2) // 2 == bench_host.MAX_REPS
+
+
+def test_decided_in_reads_the_hook_counts():
+    zero = {"below_floor": 0, "python_calls": 0}
+    assert bench_host._decided_in(zero, {"below_floor": 5, "python_calls": 0}) == "C"
+    assert bench_host._decided_in(zero, {"below_floor": 0, "python_calls": 5}) == "Python"
+    assert bench_host._decided_in(zero, {"below_floor": 1, "python_calls": 5}) == "mixed"
+    assert bench_host._decided_in(zero, zero) == "unknown"
+
+
+@pytest.mark.usefixtures("clean_dispatch")
+def test_grid_row_below_the_floor_is_decided_in_c():
+    # engine="cpu" with min_size: 8^3 is below the floor (the C hook's comparison),
+    # 24^3 above it and routed by the Python router.
+    import ozaki_backend as ob
+    from ozaki_backend.dispatch import loophook
+
+    if not loophook.available():
+        pytest.skip("the _loophook extension is not built")
+    ob.dispatch.install()
+    args = bench_host._parse(["--engine", "cpu", "--n", "0", "--gram", "",
+                                  "--grid", "8;24", "--grid-reps", "1"])
+    rows = bench_host.grid_rows(args, lambda: ob.enabled(engine="cpu", min_size=20 ** 3),
+                                lambda *a: None)
+    assert [r["decision"] for r in rows] == ["native", "routed"]
+    assert rows[0]["decided_in"] == "C" and rows[1]["decided_in"] == "Python"
 
 
 def test_median_time_keeps_the_slow_warmup_as_a_sample():
