@@ -17,8 +17,8 @@ same way outside any scope):
 * the grid (``--grid``): for each shape, plain NumPy against the same call inside
   ``enabled()`` with the cost model deciding (``min_size="auto"``), timed alternately
   (one call each way in turn, so that a drift of the machine's speed cannot pass for a
-  cost of the scope; a declined shape as many times as make each side run
-  ``GRID_MIN_SECONDS``, so that a 0.1 ms product is not judged on three calls), their
+  cost of the scope; as many times as make each side run ``GRID_MIN_SECONDS``, so
+  that a 0.1 ms product is not judged on three calls), their
   ratio, the decision and where it was made (``decided_in``: in the C hook below the
   floor, or by the Python router); the target is a ratio of at most
   1.03 everywhere, and the worst ratio of a declined shape is reported on its own
@@ -395,8 +395,9 @@ def gram_rows(args, scope, log):
 
 
 def grid_rows(args, scope, log):
-    """Plain NumPy against the routed call (the cost model deciding) per shape; a
-    declined shape runs each way for at least :data:`GRID_MIN_SECONDS`."""
+    """Plain NumPy against the routed call (the cost model deciding) per shape, each
+    way for at least :data:`GRID_MIN_SECONDS` (a routed shape's first calls are its
+    cold ones: three of them measured those)."""
     from .dispatch import loophook, routing
 
     import ozaki_backend as ob
@@ -410,7 +411,7 @@ def grid_rows(args, scope, log):
         routed0, fallback0 = _counts()
         hook0 = loophook.counters()
         t_nat, t_rt = alternating_times(lambda: a @ b, args.grid_reps, scope,
-                                        min_seconds=0.0 if d else GRID_MIN_SECONDS)
+                                        min_seconds=GRID_MIN_SECONDS)
         routed1, fallback1 = _counts()
         hook1 = loophook.counters()
         r = {"name": format_shape(m, n, k), "native_s": t_nat, "routed_s": t_rt,

@@ -72,6 +72,31 @@ def parts():
           " ms (ndarray.dot pays it before its BLAS call)", flush=True)
 
 
+def route_profile(n=1024, calls=500, top=22):
+    """The Python router's own time for a declined n^3 product, function by function
+    (cProfile of ``calls`` calls of ``loophook._route``, in us per product): which
+    part of the decision costs what on this host."""
+    import cProfile
+    import pstats
+
+    a3 = np.random.default_rng(0).standard_normal((1, n, n))
+    o3 = np.empty_like(a3)
+    with ob.enabled(engine="cuda"):
+        for _ in range(20):
+            loophook._route(a3, a3, o3)
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(calls):
+            loophook._route(a3, a3, o3)
+        prof.disable()
+    st = pstats.Stats(prof)
+    rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:top]
+    print(f"route profile, declined {n}^3, us per product (own / cumulative):")
+    for (path, line, name), (cc, nc, tt, ct, _callers) in rows:
+        print(f"  {tt / calls * 1e6:7.2f} {ct / calls * 1e6:8.2f}  {nc / calls:5.1f}x  "
+              f"{path.rsplit('/', 2)[-1]}:{line}({name})")
+
+
 def main(argv):
     sizes = [int(v) for v in argv] or [1024, 1536, 2048, 3072]
     ob.dispatch.install()
@@ -92,6 +117,7 @@ def main(argv):
         x @ x
     rows("3 after a routed product", sizes)
     parts()
+    route_profile()
     print(ob.stats())
     return 0
 

@@ -140,7 +140,7 @@ class Config:
         The numerical options as ``_options.normalize`` returns them.
     """
 
-    __slots__ = NUMERIC_KEYS + ("min_size", "workspace", "opts")
+    __slots__ = NUMERIC_KEYS + ("min_size", "workspace", "opts", "key")
 
     def __init__(self, opts: dict, min_size):
         for k in NUMERIC_KEYS:
@@ -149,6 +149,14 @@ class Config:
         # The device workspace budget travels in opts (only when set) to the engine.
         object.__setattr__(self, "workspace", opts.get("workspace"))
         object.__setattr__(self, "opts", dict(opts))
+        # Every config key and its value, made once: equal configs (a scope entered
+        # again builds a new one) share routing's memo of decisions by it.
+        key = tuple(self.as_dict().items())
+        try:
+            hash(key)
+        except TypeError:
+            key = None
+        object.__setattr__(self, "key", key)
 
     def __setattr__(self, name, value):
         raise AttributeError("Config is immutable; open a nested scope instead")
@@ -197,7 +205,7 @@ class Config:
         return isinstance(other, Config) and self.as_dict() == other.as_dict()
 
     def __hash__(self):
-        return hash(tuple(self.as_dict().items()))
+        return hash(self.key if self.key is not None else tuple(self.as_dict().items()))
 
     def __repr__(self):
         items = ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items())

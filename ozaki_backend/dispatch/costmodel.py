@@ -131,6 +131,10 @@ class CostModel:
                  device_gbps=None, overhead_s=None, *, device_mem_gb=None,
                  pageable_gbps=None, rates=None, margin=MARGIN):
         set_ = object.__setattr__
+        # Bumped by every change of a parameter (and every rate record applied), so
+        # that a memo of decisions made with this model (routing.decide) knows when
+        # they are stale.
+        set_(self, "version", 0)
         set_(self, "_host_gflops", None if host_gflops is None else float(host_gflops))
         set_(self, "host_source", "given" if host_gflops is not None else None)
         set_(self, "_lock", threading.RLock())
@@ -159,6 +163,7 @@ class CostModel:
         object.__setattr__(self, "host_table", table)
         if rates:
             object.__setattr__(self, "rates_source", rates.get("source", "given"))
+        object.__setattr__(self, "version", self.version + 1)
 
     def _ensure(self):
         if not self._loaded:
@@ -201,6 +206,7 @@ class CostModel:
         self._changed()
 
     def _changed(self):
+        object.__setattr__(self, "version", self.version + 1)
         # The C hook's floor of enable()'s default depends on these parameters; the
         # layer that holds that floor listens (this module must not import it).
         for listener in list(self._listeners):

@@ -207,8 +207,13 @@ def routed(cfg, a, b, entry, *, alpha=1.0, beta=0.0, c=None, out=None, fp_name="
     m, k = a.shape[-2:]
     n = b.shape[-1]
     # (2-D operands, the common case, skip NumPy's broadcast_shapes: microseconds a call)
-    batch = (1 if a.ndim == 2 and b.ndim == 2
-             else math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2])))
+    # (the loop hook's (N, m, k) @ (N, k, n) views too)
+    if a.ndim == 2 and b.ndim == 2:
+        batch = 1
+    elif a.ndim == 3 and b.ndim == 3 and a.shape[0] == b.shape[0]:
+        batch = a.shape[0]
+    else:
+        batch = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
     d = routing.decide(cfg, m, n, k, batch, entry)
     if d.routed and c is not None and beta != 0 and not finite(c):
         # C is read on the host (alpha/beta are applied there); BLAS's NaN/Inf rules

@@ -148,13 +148,40 @@ def _plan_counts(k: int, mn: int, opts_key: tuple) -> tuple[int, int]:
     return p.n_gemms - (p.n_moduli - N) * p.k_split, N
 
 
+#: Decisions made with the process-wide cost model, by (the config's key, shape, batch,
+#: entry, the model's identity and version): a declined product that reaches Python
+#: (above the C hook's floor) is decided again on every call, and evaluating the cost
+#: model was most of the ~16-25 us that costs. A decision depends on nothing else (not
+#: the data), and the model's version changes with every parameter.
+_MEMO: dict = {}
+#: Decisions kept before the memo starts over.
+MEMO_KEPT = 4096
+
+
 def decide(config, m: int, n: int, k: int, batch: int = 1, entry: str = "",
            cost=None) -> Decision:
     """The decision for ``batch`` products ``(m, k) @ (k, n)`` under ``config``.
 
     Does not look at the data (see the module docstring for the non-finite check).
-    ``cost`` is the :class:`CostModel` to consult (default: the process-wide one).
+    ``cost`` is the :class:`CostModel` to consult (default: the process-wide one, whose
+    decisions are remembered until one of its parameters changes).
     """
+    if cost is not None or getattr(config, "key", None) is None:
+        return _decide(config, m, n, k, batch, entry, cost)
+    model = cost_model()
+    key = (config.key, m, n, k, batch, entry, id(model), model.version)
+    d = _MEMO.get(key)
+    if d is None:
+        d = _decide(config, m, n, k, batch, entry, model)
+        if len(_MEMO) >= MEMO_KEPT:
+            _MEMO.clear()
+        _MEMO[key] = d
+    return d
+
+
+def _decide(config, m, n, k, batch, entry, cost) -> Decision:
+    """:func:`decide` without the memo (``cost``: the model to consult, None for the
+    process-wide one)."""
     # Built positionally: a decision per product a scope hands to Python (the C hook
     # and the wrappers' callers pay for it).
     where = (entry, m, n, k, batch)

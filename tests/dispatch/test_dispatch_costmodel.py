@@ -255,3 +255,42 @@ def test_tune_writes_the_user_cache_unless_told_otherwise(cache, monkeypatch, ca
     finally:
         monkeypatch.undo()
         model.reload()
+
+
+def test_process_wide_decisions_are_remembered_until_the_model_changes():
+    # The same decision object for the same config key, shape and entry (a scope
+    # entered again builds an equal config); a parameter set on the model is a new
+    # version: decided again, with the new estimate.
+    cm = costmodel.cost_model()
+    cfg1 = config.Config.build(None, {"engine": "cuda"})
+    cfg2 = config.Config.build(None, {"engine": "cuda"})
+    assert cfg1 is not cfg2 and cfg1.key == cfg2.key
+    d1 = routing.decide(cfg1, 3000, 3000, 3000, entry="@/np.matmul")
+    assert routing.decide(cfg2, 3000, 3000, 3000, entry="@/np.matmul") is d1
+    assert routing.decide(cfg1, 3000, 3000, 3001, entry="@/np.matmul") is not d1
+    before = cm.overhead_s
+    version = cm.version
+    try:
+        cm.overhead_s = before * 2
+        assert cm.version > version
+        d2 = routing.decide(cfg1, 3000, 3000, 3000, entry="@/np.matmul")
+        assert d2 is not d1 and d2.est_emulated_s > d1.est_emulated_s
+    finally:
+        cm.overhead_s = before
+    assert routing.decide(cfg1, 3000, 3000, 3000, entry="@/np.matmul") == d1
+
+
+def test_an_explicit_model_is_never_remembered():
+    cm = model()
+    d1 = routing.decide(CUDA, 3000, 3000, 3000, cost=cm)
+    cm.overhead_s = cm.overhead_s * 100     # the given model's own change
+    d2 = routing.decide(CUDA, 3000, 3000, 3000, cost=cm)
+    assert d2.est_emulated_s > d1.est_emulated_s
+
+
+def test_the_memo_starts_over_when_full(monkeypatch):
+    monkeypatch.setattr(routing, "MEMO_KEPT", 3)
+    monkeypatch.setattr(routing, "_MEMO", {})
+    for n in range(2, 10):
+        routing.decide(CUDA, n, n, n)
+        assert len(routing._MEMO) <= 3
