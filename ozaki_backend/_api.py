@@ -9,9 +9,10 @@ array library itself, so bad input raises exactly what NumPy (or CuPy) raises.
 
 from __future__ import annotations
 
+import operator
 import threading
 from functools import lru_cache
-from typing import Any, Literal, overload
+from typing import Any, Iterable, Literal, overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -431,7 +432,8 @@ def _product_with_bound(a, b, opts, *, out, plan, fp_name):
 WARM_UP_SHAPES = ((256, 256, 256), (200, 264, 136))
 
 
-def warm_up(engine: str = "auto") -> str:
+def warm_up(engine: str = "auto",
+            shapes: Iterable[int | tuple[int, int, int]] = ()) -> str:
     """Pay a process's one-time costs of the GPU engine now rather than in its first
     product.
 
@@ -454,6 +456,13 @@ def warm_up(engine: str = "auto") -> str:
         ``"auto"`` warms the CUDA engine where CuPy and a GPU are usable; ``"cpu"``
         (and ``"auto"`` without a GPU) does nothing: the CPU engine has no one-time
         costs worth moving.
+    shapes : iterable of (m, k, n) or int, optional
+        Products the program will make, ``(m, k) @ (k, n)`` (an int ``n``: the cube):
+        each is also computed once, on N(0, 1) device operands with the default
+        options, so that the first product of that shape finds its kernels loaded,
+        CuPy's memory pool grown to its workspace (the pool keeps it, as after any
+        product of that size) and its count remembered. A shape not given still pays
+        its own first call.
 
     Returns
     -------
@@ -463,7 +472,9 @@ def warm_up(engine: str = "auto") -> str:
     Raises
     ------
     ValueError
-        For an unknown engine name.
+        For an unknown engine name, or a shape that is not positive.
+    TypeError
+        For a shape that is neither an int nor three ints.
     ozaki_backend.EngineUnavailableError
         For ``engine="cuda"`` where CuPy or a GPU is not usable.
 
@@ -474,6 +485,7 @@ def warm_up(engine: str = "auto") -> str:
     True
     """
     name = _options.normalize(engine=engine)["engine"]
+    wanted = _warm_up_shapes(shapes)
     eng, _why = registry.resolve(name)
     if eng.name != "cuda":
         return eng.name
@@ -493,8 +505,31 @@ def warm_up(engine: str = "auto") -> str:
                     matmul(X, B, engine="cuda", mode=mode, emulation="eager",
                            return_bound=True)
             matmul(A.get(), B.get(), engine="cuda", emulation="eager")
+        for m, k, n in wanted:
+            A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+            C = cupy.empty((m, n))
+            matmul(A, B, engine="cuda", out=C)
+            # the shape's second call: the one that captures the prepare stage's graph
+            matmul(A, B, engine="cuda", out=C)
+            A = B = C = None
         cupy.cuda.Device().synchronize()
     return "cuda"
+
+
+def _warm_up_shapes(shapes):
+    """``shapes`` of :func:`warm_up` as a list of ``(m, k, n)``, checked."""
+    out = []
+    for s in shapes if shapes is not None else ():
+        dims = (s, s, s) if isinstance(s, (int, np.integer)) else s
+        try:
+            m, k, n = (operator.index(d) for d in dims)
+        except (TypeError, ValueError):
+            raise TypeError(f"warm_up: each shape must be an int n or (m, k, n) of ints; "
+                            f"got {s!r}") from None
+        if min(m, k, n) < 1:
+            raise ValueError(f"warm_up: shape dimensions must be >= 1; got {s!r}")
+        out.append((m, k, n))
+    return out
 
 
 def _execute(plan, a, b, *, engine, out=None, alpha=1.0, beta=0.0, c=None):

@@ -11,7 +11,10 @@ the median of seven more: the steady time. It prints, per shape and way, the imp
 and warm-up times, calls 1-5 and each one's ratio to the steady time, and the first
 call's ratio to cuBLAS's DGEMM of the same operands (timed after the products). Ways:
 ``plain``, ``warm_up`` and ``other_first`` (``warm_up()`` then five products of an
-n/2 cube: a warm process meeting a new shape). ``FIRST_CALL_PROFILE=1``: a cProfile of
+n/2 cube: a warm process meeting a new shape), ``pool_first`` (``warm_up()``, then
+CuPy's pool grown by one block larger than the workspace, its cudaMalloc timed) and
+``warm_up_shape`` (``warm_up(shapes=[shape])``); ``FIRST_CALL_WAYS`` picks some
+(space-separated). ``FIRST_CALL_PROFILE=1``: a cProfile of
 each first call (its largest cumulative entries) and CuPy's pool growth in it.
 """
 
@@ -32,10 +35,25 @@ A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
 C = cupy.empty((m, n))
 cupy.cuda.Device().synchronize()
 t_warm = None
-if way == "warm_up":
+if way in ("warm_up", "pool_first"):
     t0 = time.perf_counter()
     ob.warm_up()
     t_warm = time.perf_counter() - t0
+elif way == "warm_up_shape":
+    t0 = time.perf_counter()
+    ob.warm_up(shapes=[(m, k, n)])
+    t_warm = time.perf_counter() - t0
+t_pool = None
+if way == "pool_first":
+    # CuPy's pool grown beforehand by one block larger than the product's workspace
+    # (freed to the pool, which splits it): what is left of call 1 is not the growth
+    est = 28 * (m * k + k * n) + 64 * m * n
+    cupy.cuda.Device().synchronize()
+    t0 = time.perf_counter()
+    blk = cupy.empty(est, dtype=cupy.uint8)
+    cupy.cuda.Device().synchronize()
+    t_pool = time.perf_counter() - t0
+    del blk
 
 def timed(f):
     cupy.cuda.Device().synchronize()
@@ -71,14 +89,18 @@ pool_growth = pool.total_bytes() - pool_before
 steady = sorted(timed(lambda: ob.matmul(A, B, out=C)) for _ in range(7))[3]
 native = sorted(timed(lambda: cupy.matmul(A, B, out=C)) for _ in range(7))[3]
 print(json.dumps({"import_s": t_import, "warm_up_s": t_warm, "first_s": first,
-                  "steady_s": steady, "native_s": native, "pool_growth": pool_growth}))
+                  "steady_s": steady, "native_s": native, "pool_growth": pool_growth,
+                  "pool_alloc_s": t_pool}))
 """
 
 
 #: plain: the process's first product; warm_up: after ob.warm_up(); other_first: after
 #: ob.warm_up() and five products of another shape (n/2 cubed): a warm process meeting
 #: a new shape, the issue's case.
-WAYS = ("plain", "warm_up", "other_first")
+#: pool_first: ob.warm_up(), then one block larger than the workspace allocated and
+#: freed (its cudaMalloc timed): call 1 without the pool's growth; warm_up_shape:
+#: ob.warm_up(shapes=[the shape]).
+WAYS = ("plain", "warm_up", "other_first", "pool_first", "warm_up_shape")
 
 
 def _shape(text):
@@ -90,7 +112,7 @@ def main(argv):
     shapes = [_shape(a) for a in (argv or ["8192", "8191", "10000"])]
     rows = []
     for m, k, n in shapes:
-        for way in WAYS:
+        for way in os.environ.get("FIRST_CALL_WAYS", "").split() or WAYS:
             out = subprocess.run([sys.executable, "-c", CHILD, str(m), str(k), str(n), way],
                                  capture_output=True, text=True, env=dict(os.environ),
                                  check=False)
@@ -105,6 +127,8 @@ def main(argv):
             st = r["steady_s"]
             warm = "" if r["warm_up_s"] is None else f", warm_up {r['warm_up_s'] * 1e3:.0f} ms"
             warm += f", pool +{r['pool_growth'] / 2**30:.2f} GiB in call 1"
+            if r.get("pool_alloc_s") is not None:
+                warm += f" (a block grown beforehand in {r['pool_alloc_s'] * 1e3:.1f} ms)"
             calls = ", ".join(f"{t * 1e3:.1f} ({t / st:.2f}x)" for t in r["first_s"])
             print(f"{m}x{k}x{n} {way:8s} import {r['import_s'] * 1e3:.0f} ms{warm}; "
                   f"calls 1-5 ms (x steady {st * 1e3:.2f}): {calls}; "

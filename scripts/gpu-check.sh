@@ -53,6 +53,10 @@
 #               issue 33): the first five products of a fresh process, with and without
 #               ob.warm_up(), against the steady time; $OUT/first-call.log and .json;
 #               FIRST_CALL_TIMEOUT
+#   --declined SIZES  also scripts/declined_overhead.py SIZES (space-separated n; issue
+#               29): a declined product's cost inside enabled() in three process states,
+#               its parts and the Python router's profile; $OUT/declined.log;
+#               DECLINED_TIMEOUT
 #   --dask      also scripts/dask_gpu.py (issue 15: one GPU worker; DASK_ARGS adds its
 #               options), logged to $OUT/dask_gpu.log, JSON in $OUT/dask_gpu.json.
 #               Needs the dask wheels: carry .whl_dask (installed like .whl)
@@ -68,6 +72,7 @@ export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
 run_tests=1 run_bench=1 run_tune=0 run_san=0 run_g8=0 run_dask=0 run_host=0 kexpr=() ws_parts=""
 prof_sizes="" ov_shapes="" ho_shapes="" ncu_shape="" steady_shapes="" rep_cases="" fc_shapes=""
+dc_sizes=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests-only) run_bench=0; shift ;;
@@ -85,6 +90,7 @@ while [ $# -gt 0 ]; do
     --ncu) ncu_shape="$2"; shift 2 ;;
     --steady) steady_shapes="$2"; shift 2 ;;
     --first-call) fc_shapes="$2"; shift 2 ;;
+    --declined) dc_sizes="$2"; shift 2 ;;
     --host-path) run_hp=1; run_tests=0; run_bench=0; shift ;;
     -k) kexpr=(-k "$2"); shift 2 ;;
     *) break ;;
@@ -151,6 +157,12 @@ if [ -n "$fc_shapes" ]; then
   # shellcheck disable=SC2086
   FIRST_CALL_JSON="$OUT/first-call.json" timeout "${FIRST_CALL_TIMEOUT:-300}" \
     python3 scripts/first_call.py $fc_shapes >"$OUT/first-call.log" 2>&1 || rc_fc=1
+fi
+rc_dc=0
+if [ -n "$dc_sizes" ]; then
+  # shellcheck disable=SC2086
+  timeout "${DECLINED_TIMEOUT:-200}" python3 scripts/declined_overhead.py $dc_sizes \
+    >"$OUT/declined.log" 2>&1 || rc_dc=1
 fi
 rc_rep=0
 if [ -n "$rep_cases" ]; then
@@ -291,6 +303,10 @@ if [ -n "$ho_shapes" ]; then
 fi
 if [ -n "$steady_shapes" ]; then
   echo "==== steady state of a loop (steady.log), rc=$rc_steady"; cat "$OUT/steady.log"
+fi
+if [ -n "$dc_sizes" ]; then
+  echo "==== declined products inside enabled() (declined.log), rc=$rc_dc"
+  grep -v -i "warn" "$OUT/declined.log" | tail -n 40
 fi
 if [ -n "$fc_shapes" ]; then
   echo "==== first products of a fresh process (first-call.log), rc=$rc_fc"

@@ -43,3 +43,28 @@ def test_warm_up_on_the_gpu_counts_nothing_and_changes_no_bit():
     assert snap["counts"] == {} and snap["moduli"] == {} and snap["certificate"] == {}
     got = ob.matmul(cupy.asarray(A), cupy.asarray(B), engine="cuda", emulation="eager")
     assert_same_bits(cupy.asnumpy(got), ob.matmul(A, B, engine="cpu"))
+
+
+def test_warm_up_checks_its_shapes_before_anything_else():
+    # checked on every engine: a typo fails where it is written, not on the GPU machine
+    assert ob.warm_up("cpu", shapes=[8, (2, 3, 4), np.int64(5)]) == "cpu"
+    with pytest.raises(TypeError, match="int n or"):
+        ob.warm_up("cpu", shapes=[(2, 3)])
+    with pytest.raises(TypeError, match="int n or"):
+        ob.warm_up("cpu", shapes=[(2.0, 3, 4)])
+    with pytest.raises(ValueError, match=">= 1"):
+        ob.warm_up("cpu", shapes=[0])
+
+
+@pytest.mark.gpu
+def test_warm_up_with_a_shape_counts_nothing_and_changes_no_bit():
+    import cupy
+
+    ob.reset_stats()
+    assert ob.warm_up("cuda", shapes=[(300, 200, 100)]) == "cuda"
+    snap = _stats.snapshot()
+    assert snap["counts"] == {} and snap["moduli"] == {} and snap["certificate"] == {}
+    rng = np.random.default_rng(4)
+    A, B = rng.standard_normal((300, 200)), rng.standard_normal((200, 100))
+    got = ob.matmul(cupy.asarray(A), cupy.asarray(B), engine="cuda", emulation="eager")
+    assert_same_bits(cupy.asnumpy(got), ob.matmul(A, B, engine="cpu"))
