@@ -443,9 +443,11 @@ def warm_up(engine: str = "auto",
     the first 8191³ product take 151 ms against 18.6 for the next ones. ``warm_up``
     computes a few small products of each kind (both scaling modes, data of ordinary
     and of wide range, device and host operands, a size on and one off the kernels'
-    tiles) with ``emulation="eager"``, so that these costs fall outside the products
-    that follow (a new shape still plans its own: on an H100 the first 8192³ product of
-    a fresh process took 30 ms after it, 201 ms without, 19 ms steady). Its products
+    tiles) with ``emulation="eager"``, and launches once the cuBLAS kernels that large
+    products use (INT8 GEMMs up to 8192 × 8192, DGEMM), so that these costs fall
+    outside the products that follow (a new shape still plans its own: on an H100 the
+    first 8192³ product of a fresh process took 30 ms after the small products alone,
+    201 ms without, 19 ms steady; ``shapes`` pays a known shape's share too). Its products
     are not counted in :func:`~ozaki_backend.stats` and warn of nothing. Call it once,
     at start-up, in the thread that will use the GPU, after choosing the device
     (``cupy.cuda.Device``).
@@ -505,6 +507,8 @@ def warm_up(engine: str = "auto",
                     matmul(X, B, engine="cuda", mode=mode, emulation="eager",
                            return_bound=True)
             matmul(A.get(), B.get(), engine="cuda", emulation="eager")
+        # the large products' own kernels (cuBLAS picks its kernels by size)
+        eng.load_kernels()
         for m, k, n in wanted:
             A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
             C = cupy.empty((m, n))

@@ -319,6 +319,18 @@ class CudaEngine(Engine):
                 overflow = bool(overflow.get())
         return OVERFLOW if overflow else DONE
 
+    def load_kernels(self):
+        """Load the kernels that large products use and small ones do not (cuBLAS's
+        INT8 GEMMs of the per-modulus calls, its DGEMMs of the native path): what
+        ``warm_up`` adds to its small products (CUDA loads a kernel at its first
+        launch)."""
+        from . import modgemm
+
+        modgemm.load_kernels()
+        for m, k, n in ((4096, 4096, 4096), (8192, 2048, 8192)):
+            cupy.matmul(cupy.zeros((m, k)), cupy.zeros((k, n)))
+        cupy.cuda.get_current_stream().synchronize()
+
     def native_shortcut(self, plan, a, b, out=None):
         # Plain 2-D float64 CuPy operands only (the symmetric product mirrors a
         # triangle and stacks loop over their matrices, both in the full path), and an

@@ -180,6 +180,28 @@ def gemm_tn(RA_ptr, RB_ptr, C_ptr, rows, cols, kc, lda, ldb, ldc, *, accumulate=
             beta, C_ptr, _R_32I, ldc, stride_c, batch, _COMPUTE_32I, _ALGO)
 
 
+#: GEMM sizes (rows, cols, k) whose cuBLAS kernels :func:`load_kernels` launches once:
+#: the per-modulus calls of large products (the "loop" strategy: up to ROW_BLOCK x
+#: COL_BLOCK outputs, k up to KSPLIT). A kernel's first launch in a process loads it
+#: (CUDA's lazy loading) and cuBLAS picks kernels by size, so small products warm
+#: none of these: the first 8192^3 product after ``warm_up()`` spent ~9 ms in its
+#: first cublasGemmEx call (H100), the GPU idle meanwhile.
+LOAD_SHAPES = ((8192, 8192, 8192), (8192, 8192, 2048), (4096, 4096, 4096),
+               (4096, 4096, 65536), (2048, 8192, 8192))
+
+
+def load_kernels(shapes=LOAD_SHAPES):
+    """Launch one INT8 GEMM of each size (on zeros), so that the kernels cuBLAS picks
+    for them are loaded before a product needs them; synchronises."""
+    A = cupy.zeros(max(r * k for r, _, k in shapes), dtype=np.int8)
+    B = cupy.zeros(max(c * k for _, c, k in shapes), dtype=np.int8)
+    C = cupy.empty(max(r * c for r, c, _ in shapes), dtype=np.int32)
+    h = handle()
+    for r, c, k in shapes:
+        gemm_tn(A.data.ptr, B.data.ptr, C.data.ptr, r, c, k, k, k, c, h=h)
+    cupy.cuda.get_current_stream().synchronize()
+
+
 def products_into(RA, RB, C, n_moduli, rows, cols, kpad, *, strategy=None,
                   accumulate=False):
     """All N modular products of one tile into ``C`` (int32 planes, values congruent to
