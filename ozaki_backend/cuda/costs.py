@@ -42,6 +42,12 @@ H200 = {
     "crt_bytes": 10.0,        # the CRT pass's cost per element and modulus, in bytes
     "fixed": 330e-6,          # the emulation's launches and its one read-back
     "native_fixed": 12e-6,    # host time of one DGEMM call
+    # cuBLAS's DGEMM where a leading dimension is odd (k or n of the row-major product:
+    # rows of 8-byte elements that 16-byte vector loads cannot read): 8191^3 took
+    # 25.8-25.9 ms against 19.3-19.8 at 8192^3 on both the H100 and the H200
+    # (scripts/peer_side_by_side.py, 2026-12-04 and 2026-12-07), 1.31x; the emulation
+    # pads its GEMMs and has no such cliff (19.9 against 20.0 ms)
+    "fp64_odd_ld": 1.31,
     # Native unless the emulation is modelled at least 3 % faster: the model's error is
     # a few per cent (8192^3 phi = 1 on an H100, 2026-12-07: modelled 0.985x native at
     # 16 moduli, measured 20.70 ms against DGEMM's 19.83, 0.96x), and a toss-up must not
@@ -105,10 +111,12 @@ def _native_work(m, n, k):
 
 
 def native_seconds(m, n, k, r=None) -> float:
-    """Modelled seconds of cuBLAS's DGEMM ``(m x k) @ (k x n)``."""
+    """Modelled seconds of cuBLAS's DGEMM ``(m x k) @ (k x n)`` (slower by
+    ``fp64_odd_ld`` where ``k`` or ``n``, a leading dimension, is odd)."""
     r = r or rates()
     flops, moved = _native_work(m, n, k)
-    return max(flops / r["fp64"], moved / r["bandwidth"]) + r["native_fixed"]
+    rate = r["fp64"] / (r["fp64_odd_ld"] if (k | n) & 1 else 1.0)
+    return max(flops / rate, moved / r["bandwidth"]) + r["native_fixed"]
 
 
 def _emulation_work(m, n, k, n_moduli, r):

@@ -161,3 +161,28 @@ def test_a_refit_keeps_the_pass_costs_measured_by_passes():
                             "gathers_per_element": 61e-12, "gathers_per_entry": 14e-12}
     assert got["passes"] == measured["passes"] and got["measured"] == "later"
     assert set(dr.PASS_RATES) <= set(costs.H200)
+
+
+def test_an_odd_leading_dimension_slows_the_modelled_dgemm():
+    # k or n odd (the row-major product's leading dimensions): cuBLAS's DGEMM without
+    # its vector loads, 1.31x at 8191^3 on the H100 and the H200; an odd m alone is not
+    # a leading dimension. Compute-bound sizes, so the ratio is the factor's.
+    r = costs.H200
+    aligned = costs.native_seconds(8192, 8192, 8192, r) - r["native_fixed"]
+    for m, n, k, slow in ((8191, 8191, 8191, True), (8192, 8192, 8191, True),
+                          (8192, 8191, 8192, True), (8191, 8192, 8192, False)):
+        t = costs.native_seconds(m, n, k, r) - r["native_fixed"]
+        want = r["fp64_odd_ld"] if slow else 1.0
+        assert t / aligned == pytest.approx(want * (m * n * k) / 8192 ** 3, rel=1e-12)
+
+
+def test_8191_cubed_phi_1_is_emulated_and_phi_2_with_the_gathers_is_not():
+    # Measured on the H100 (2026-12-07): DGEMM 25.8 ms at 8191^3; the emulation at 16
+    # moduli with the a-posteriori test ~20.5 ms (phi = 1), at 16-17 with the gathers
+    # ~30 ms (phi = 2, as 8192^3 eager). The model must take the first and not the second.
+    h100 = costs.rates_of("NVIDIA H100 80GB HBM3", "90", costs._table())
+    n = 8191
+    native = costs.native_seconds(n, n, n, h100)
+    assert native * h100["margin"] > costs.emulation_seconds(n, n, n, 16, True, h100)
+    assert native * h100["margin"] < costs.emulation_seconds(n, n, n, 16, True, h100,
+                                                             gathers=True)
