@@ -446,8 +446,8 @@ def warm_up(engine: str = "auto",
     tiles) with ``emulation="eager"``, and launches once the cuBLAS kernels that large
     products use (INT8 GEMMs up to 8192 × 8192, DGEMM), so that these costs fall
     outside the products that follow (a new shape still plans its own: on an H100 the
-    first 8192³ product of a fresh process took 30 ms after the small products alone,
-    201 ms without, 19 ms steady; ``shapes`` pays a known shape's share too). Its products
+    first 8192³ product of a fresh process took 28-30 ms after the small products
+    alone, 201 ms without, 19 ms steady; with ``shapes`` naming it, 18.8 ms). Its products
     are not counted in :func:`~ozaki_backend.stats` and warn of nothing. Call it once,
     at start-up, in the thread that will use the GPU, after choosing the device
     (``cupy.cuda.Device``).

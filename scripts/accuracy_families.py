@@ -241,7 +241,8 @@ def main(argv=None):
     for shape in args.shapes:
         for fam in args.families:
             for seed in range(args.seeds):
-                r = measure(shape, fam, seed, args.engine, args.time, args.reps, args.rounds)
+                r = measure(shape, fam, seed, args.engine, args.time, args.reps,
+                            args.rounds)
                 rows.append(r)
                 print(json.dumps({k: v for k, v in r.items() if k != "fixed"}),
                       file=sys.stderr, flush=True)
